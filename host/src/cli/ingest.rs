@@ -1,0 +1,70 @@
+//! `evident ingest`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+use evident::ingest::{IngestOptions, IngestOutcome, IngestProgress, collect_pdfs, ingest_file};
+
+use super::Context;
+
+/// Arguments of `evident ingest`.
+#[derive(Args)]
+pub struct IngestArgs {
+    /// PDF files or folders (folders are searched recursively for *.pdf).
+    #[arg(required = true, value_name = "PDF_OR_FOLDER")]
+    paths: Vec<PathBuf>,
+    /// Password for encrypted PDFs.
+    #[arg(long)]
+    password: Option<String>,
+    /// Skip rendering page images (faster; citations then show no picture).
+    #[arg(long)]
+    no_images: bool,
+}
+
+/// Ingests every PDF named; one that fails is reported and the rest go on.
+pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
+    let files = collect_pdfs(&args.paths)?;
+    if files.is_empty() {
+        anyhow::bail!("no PDF files found in the paths given");
+    }
+    let store = ctx.store()?;
+    let reader = ctx.pdf_reader()?;
+    let options = IngestOptions {
+        password: args.password,
+        image_max_px: (ctx.config.ingest.render_images && !args.no_images)
+            .then_some(ctx.config.ingest.page_image_max_px),
+    };
+    let progress = IngestProgress::new(files.len());
+    let (mut added, mut present, mut failed, mut pages) = (0, 0, 0, 0u64);
+    for path in &files {
+        match ingest_file(&store, &reader, path, &options, &progress) {
+            Ok(IngestOutcome::Added { doc, seconds }) => {
+                added += 1;
+                pages += u64::from(doc.page_count);
+                let scanned = if doc.pages_without_text > 0 {
+                    format!(", {} without a text layer", doc.pages_without_text)
+                } else {
+                    String::new()
+                };
+                progress.println(&format!(
+                    "added    {}  {} ({} pages{scanned}, {seconds:.1} s)",
+                    doc.id, path.display(), doc.page_count
+                ));
+            }
+            Ok(IngestOutcome::AlreadyPresent { doc }) => {
+                present += 1;
+                progress.println(&format!("present  {}  {} (already in the store, nothing to do)", doc.id, path.display()));
+            }
+            Err(e) => {
+                failed += 1;
+                progress.println(&format!("failed   {e}"));
+            }
+        }
+        progress.file_done();
+    }
+    progress.finish();
+    println!("{added} added ({pages} pages), {present} already present, {failed} failed");
+    Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}

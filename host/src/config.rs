@@ -1,0 +1,122 @@
+//! The appliance configuration: embedded defaults, an optional file over them, flags over both.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// The defaults, built into the binary from `appliance-config/appliance.toml`.
+pub const EMBEDDED_DEFAULTS: &str = include_str!("../../appliance-config/appliance.toml");
+
+/// Why the configuration could not be read.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the configuration file {path} is not valid: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// Where models and kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeBackend {
+    /// A real GPU when there is one, else the CPU.
+    Auto,
+    /// Any wgpu device, software ones included.
+    Wgpu,
+    /// Native CPU code.
+    Cpu,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplianceConfig {
+    pub data_dir: PathBuf,
+    pub models_dir: PathBuf,
+    pub pdfium_library: PathBuf,
+    pub compute: ComputeConfig,
+    pub server: ServerConfig,
+    pub ingest: IngestConfig,
+}
+
+/// `[compute]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeConfig {
+    pub backend: ComputeBackend,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub addr: String,
+}
+
+/// `[ingest]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    pub render_images: bool,
+    pub page_image_max_px: u32,
+}
+
+impl ApplianceConfig {
+    /// The embedded defaults with `file`, if any, read over them.
+    pub fn load(file: Option<&Path>) -> Result<ApplianceConfig, ConfigError> {
+        let mut table = parse("embedded defaults", EMBEDDED_DEFAULTS)?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            merge(&mut table, parse(&path.display().to_string(), &text)?);
+        }
+        let name = file.map(|p| p.display().to_string()).unwrap_or_else(|| "embedded defaults".into());
+        table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid { path: name, message: e.message().to_string() })
+    }
+}
+
+fn parse(name: &str, text: &str) -> Result<toml::Table, ConfigError> {
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError::Invalid { path: name.to_string(), message: e.message().to_string() })
+}
+
+/// Deep merge: tables merge key by key, anything else in `over` replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(key, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse() {
+        let c = ApplianceConfig::load(None).expect("defaults parse");
+        assert_eq!(c.compute.backend, ComputeBackend::Auto);
+        assert!(c.ingest.page_image_max_px > 0);
+    }
+
+    #[test]
+    fn a_file_overrides_single_keys_and_rejects_typos() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.toml");
+        std::fs::write(&path, "[ingest]\npage_image_max_px = 300\n").expect("write");
+        let c = ApplianceConfig::load(Some(&path)).expect("loads");
+        assert_eq!(c.ingest.page_image_max_px, 300);
+        assert!(c.ingest.render_images, "untouched keys keep their defaults");
+        std::fs::write(&path, "[ingest]\npage_image_max = 300\n").expect("write");
+        let err = ApplianceConfig::load(Some(&path)).expect_err("typo refused").to_string();
+        assert!(err.contains("page_image_max"), "{err}");
+    }
+}

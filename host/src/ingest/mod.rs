@@ -1,0 +1,126 @@
+//! Ingest: PDFs from disk into the store, one transaction per document.
+
+mod layout;
+mod pdf;
+mod progress;
+
+pub use layout::{Glyph, layout_page};
+pub use pdf::{OpenPdf, PdfError, PdfReader};
+pub use progress::IngestProgress;
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+use tracing::debug;
+
+use crate::store::{DocumentRecord, Store, StoreError};
+
+/// Why one file was not ingested.
+#[derive(Debug, Error)]
+pub enum IngestError {
+    #[error("{path}: cannot be read ({source})")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} {source}")]
+    Pdf { path: PathBuf, source: PdfError },
+    #[error("{path}: {source}")]
+    Store { path: PathBuf, source: StoreError },
+}
+
+/// Options for one ingest run.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Password for encrypted PDFs.
+    pub password: Option<String>,
+    /// Longer side of rendered page images in pixels; None renders no images.
+    pub image_max_px: Option<u32>,
+}
+
+/// What happened to one file.
+#[derive(Debug)]
+pub enum IngestOutcome {
+    /// Stored as a new document.
+    Added { doc: DocumentRecord, seconds: f64 },
+    /// The same bytes were already in the store.
+    AlreadyPresent { doc: DocumentRecord },
+}
+
+/// Expands files and folders (recursively) into the PDF files they name, sorted, without
+/// duplicates. A named file is taken whatever its extension; folders contribute `*.pdf`.
+pub fn collect_pdfs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, IngestError> {
+    let mut out = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|source| IngestError::Read { path: path.clone(), source })?;
+        if meta.is_dir() {
+            let mut found: Vec<PathBuf> = walkdir::WalkDir::new(path)
+                .follow_links(true)
+                .into_iter()
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_file())
+                .map(|e| e.into_path())
+                .filter(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("pdf")))
+                .collect();
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(path.clone());
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
+    Ok(out)
+}
+
+/// Ingests one PDF. Either the whole document lands in the store or nothing does.
+pub fn ingest_file(
+    store: &Store,
+    reader: &PdfReader,
+    path: &Path,
+    options: &IngestOptions,
+    progress: &IngestProgress,
+) -> Result<IngestOutcome, IngestError> {
+    let started = Instant::now();
+    let bytes = std::fs::read(path).map_err(|source| IngestError::Read { path: path.to_path_buf(), source })?;
+    let content_hash = hex(&Sha256::digest(&bytes));
+    let store_err = |source| IngestError::Store { path: path.to_path_buf(), source };
+    if let Some(doc) = store.find_by_hash(&content_hash).map_err(store_err)? {
+        return Ok(IngestOutcome::AlreadyPresent { doc });
+    }
+    let pdf_err = |source| IngestError::Pdf { path: path.to_path_buf(), source };
+    let pdf = reader.open(&bytes, options.password.as_deref()).map_err(pdf_err)?;
+    let page_count = pdf.page_count();
+    progress.start_document(path, page_count);
+
+    let mut writer = store.begin_document(&content_hash).map_err(store_err)?;
+    let mut pages_without_text = 0;
+    for number in 1..=page_count {
+        let (page, image) = pdf.read_page(number, options.image_max_px).map_err(pdf_err)?;
+        if !page.has_text_layer {
+            pages_without_text += 1;
+        }
+        writer.put_page(&page, image.as_deref()).map_err(store_err)?;
+        debug!(doc = writer.id(), "page {number}/{page_count} read");
+        progress.page_done();
+    }
+    let title = pdf.title().unwrap_or_else(|| {
+        path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    });
+    let doc = DocumentRecord {
+        id: writer.id().to_string(),
+        content_hash,
+        title,
+        page_count,
+        source_path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string(),
+        ingested_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        pages_without_text,
+        has_page_images: options.image_max_px.is_some(),
+    };
+    let outline = pdf.outline();
+    writer.commit(&doc, &outline).map_err(store_err)?;
+    Ok(IngestOutcome::Added { doc, seconds: started.elapsed().as_secs_f64() })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

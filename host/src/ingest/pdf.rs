@@ -1,0 +1,255 @@
+//! Reading PDFs with PDFium: page text with boxes and fonts, outline, page images.
+
+use std::path::Path;
+
+use pdfium_render::prelude::*;
+use thiserror::Error;
+
+use super::layout::{Glyph, layout_page};
+use crate::store::{BoundingBox, OutlineEntry, PageRecord};
+
+/// Why a PDF could not be read.
+#[derive(Debug, Error)]
+pub enum PdfError {
+    #[error("cannot load the PDF library at {path}: {reason}; run the set-up (scripts/setup.sh) or set pdfium_library in appliance.toml")]
+    Library { path: String, reason: String },
+    #[error("is not a PDF file (it does not start with %PDF)")]
+    NotPdf,
+    #[error("is truncated: it has no end-of-file marker (%%EOF), so the copy is incomplete")]
+    Truncated,
+    #[error("is encrypted; give its password with --password")]
+    NeedsPassword,
+    #[error("is encrypted and the password given is wrong")]
+    WrongPassword,
+    #[error("is damaged and PDFium cannot read it ({0})")]
+    Damaged(String),
+    #[error("page {page} cannot be read ({reason})")]
+    Page { page: u32, reason: String },
+    #[error("page {page} cannot be rendered ({reason})")]
+    Render { page: u32, reason: String },
+}
+
+/// The PDF parser: one per process, since PDFium binds once.
+pub struct PdfReader {
+    pdfium: Pdfium,
+}
+
+/// A document opened for reading.
+pub struct OpenPdf<'a> {
+    doc: PdfDocument<'a>,
+}
+
+impl PdfReader {
+    /// Binds the PDFium shared library at `library`.
+    pub fn new(library: &Path) -> Result<PdfReader, PdfError> {
+        let bindings = Pdfium::bind_to_library(library).map_err(|e| PdfError::Library {
+            path: library.display().to_string(),
+            reason: format!("{e:?}"),
+        })?;
+        Ok(PdfReader { pdfium: Pdfium::new(bindings) })
+    }
+
+    /// Opens a PDF from its bytes. Checks the header and the end-of-file marker first, since
+    /// PDFium quietly rebuilds a truncated file and would ingest part of it.
+    pub fn open<'a>(&'a self, bytes: &'a [u8], password: Option<&str>) -> Result<OpenPdf<'a>, PdfError> {
+        check_envelope(bytes)?;
+        let doc = self.pdfium.load_pdf_from_byte_slice(bytes, password).map_err(|e| match e {
+            PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::PasswordError) => {
+                if password.is_some() { PdfError::WrongPassword } else { PdfError::NeedsPassword }
+            }
+            PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FormatError) => {
+                PdfError::Damaged("its structure is invalid".into())
+            }
+            other => PdfError::Damaged(format!("{other:?}")),
+        })?;
+        Ok(OpenPdf { doc })
+    }
+}
+
+/// A PDF starts with `%PDF` (within its first KiB) and ends with `%%EOF` (within its last KiB).
+fn check_envelope(bytes: &[u8]) -> Result<(), PdfError> {
+    let head = &bytes[..bytes.len().min(1024)];
+    if !contains(head, b"%PDF-") {
+        return Err(PdfError::NotPdf);
+    }
+    let tail = &bytes[bytes.len().saturating_sub(1024)..];
+    if !contains(tail, b"%%EOF") {
+        return Err(PdfError::Truncated);
+    }
+    Ok(())
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Deepest outline level read; deeper or cyclic outlines in hostile files stop here.
+const MAX_OUTLINE_DEPTH: u32 = 16;
+/// Most outline entries read.
+const MAX_OUTLINE_ENTRIES: usize = 20_000;
+
+impl OpenPdf<'_> {
+    /// Number of pages.
+    pub fn page_count(&self) -> u32 {
+        u32::try_from(self.doc.pages().len()).unwrap_or(0)
+    }
+
+    /// The title from the PDF's metadata, when it has a non-empty one.
+    pub fn title(&self) -> Option<String> {
+        self.doc
+            .metadata()
+            .get(PdfDocumentMetadataTagType::Title)
+            .map(|t| t.value().trim().to_string())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// The bookmarks, flattened depth-first with their levels.
+    pub fn outline(&self) -> Vec<OutlineEntry> {
+        let mut out = Vec::new();
+        if let Some(root) = self.doc.bookmarks().root() {
+            walk_outline(Some(root), 0, &mut out);
+        }
+        out
+    }
+
+    /// Reads one page (1-based): its blocks in reading order, and its image if `image_max_px`
+    /// is given (the longer side, in pixels), as PNG.
+    pub fn read_page(&self, number: u32, image_max_px: Option<u32>) -> Result<(PageRecord, Option<Vec<u8>>), PdfError> {
+        let page_err = |e: PdfiumError| PdfError::Page { page: number, reason: format!("{e:?}") };
+        let index = i32::try_from(number.saturating_sub(1)).map_err(|_| PdfError::Page { page: number, reason: "page index out of range".into() })?;
+        let page = self.doc.pages().get(index).map_err(page_err)?;
+        let rotation = page.rotation().unwrap_or(PdfPageRenderRotation::None);
+        let (width, height) = (page.width().value, page.height().value);
+        let frame = PageFrame::new(rotation, width, height);
+        let glyphs = read_glyphs(&page, &frame).map_err(page_err)?;
+        let has_text_layer = glyphs.iter().any(|g| !g.generated && !g.ch.is_whitespace());
+        let blocks = layout_page(&glyphs);
+        let record = PageRecord { number, width, height, has_text_layer, blocks };
+        let image = match image_max_px {
+            Some(max_px) => Some(render_png(&page, width, height, max_px).map_err(|reason| PdfError::Render { page: number, reason })?),
+            None => None,
+        };
+        Ok((record, image))
+    }
+}
+
+fn walk_outline(mut node: Option<PdfBookmark<'_>>, level: u32, out: &mut Vec<OutlineEntry>) {
+    while let Some(bookmark) = node {
+        if out.len() >= MAX_OUTLINE_ENTRIES || level > MAX_OUTLINE_DEPTH {
+            return;
+        }
+        let page = bookmark
+            .destination()
+            .and_then(|d| d.page_index().ok())
+            .and_then(|i| u32::try_from(i).ok())
+            .map(|i| i + 1);
+        let title = bookmark.title().unwrap_or_default().trim().to_string();
+        out.push(OutlineEntry { title, level, page });
+        walk_outline(bookmark.first_child(), level + 1, out);
+        node = bookmark.next_sibling();
+    }
+}
+
+/// Maps PDF user space (origin bottom-left, unrotated) to the displayed page (origin top-left).
+struct PageFrame {
+    rotation: PdfPageRenderRotation,
+    /// Displayed size.
+    width: f32,
+    height: f32,
+}
+
+impl PageFrame {
+    fn new(rotation: PdfPageRenderRotation, width: f32, height: f32) -> PageFrame {
+        PageFrame { rotation, width, height }
+    }
+
+    fn point(&self, x: f32, y: f32) -> (f32, f32) {
+        // For 90/270 the displayed width is the unrotated height and vice versa.
+        match self.rotation {
+            PdfPageRenderRotation::None => (x, self.height - y),
+            PdfPageRenderRotation::Degrees90 => (y, x),
+            PdfPageRenderRotation::Degrees180 => (self.width - x, y),
+            PdfPageRenderRotation::Degrees270 => (self.width - y, self.height - x),
+        }
+    }
+
+    /// The displayed box of a user-space rectangle, clipped to the page; None when it lies
+    /// wholly outside the page (clipped or hidden text).
+    fn rect(&self, r: &PdfRect) -> Option<BoundingBox> {
+        let (ax, ay) = self.point(r.left().value, r.bottom().value);
+        let (bx, by) = self.point(r.right().value, r.top().value);
+        let b = BoundingBox { x0: ax.min(bx), y0: ay.min(by), x1: ax.max(bx), y1: ay.max(by) };
+        if b.x1 < 0.0 || b.y1 < 0.0 || b.x0 > self.width || b.y0 > self.height {
+            return None;
+        }
+        Some(BoundingBox {
+            x0: b.x0.clamp(0.0, self.width),
+            y0: b.y0.clamp(0.0, self.height),
+            x1: b.x1.clamp(0.0, self.width),
+            y1: b.y1.clamp(0.0, self.height),
+        })
+    }
+}
+
+fn read_glyphs(page: &PdfPage<'_>, frame: &PageFrame) -> Result<Vec<Glyph>, PdfiumError> {
+    let text = page.text()?;
+    let chars = text.chars();
+    let mut glyphs = Vec::with_capacity(chars.len());
+    let mut last_font: Option<(f32, Option<PdfFontWeight>, bool)> = None;
+    for i in 0..chars.len() {
+        let c = chars.get(i)?;
+        let Some(mut ch) = c.unicode_char() else { continue };
+        // PDFium marks a hyphen that breaks a word at the end of a line with U+0002.
+        if ch == '\u{2}' {
+            ch = '-';
+        }
+        let generated = c.is_generated().unwrap_or(false);
+        if ch.is_whitespace() || ch.is_control() {
+            glyphs.push(Glyph { ch, bbox: BoundingBox { x0: 0.0, y0: 0.0, x1: 0.0, y1: 0.0 }, font_size: 0.0, bold: false, generated, angle: 0.0 });
+            continue;
+        }
+        let Some(bbox) = c.loose_bounds().ok().and_then(|r| frame.rect(&r)) else { continue };
+        let font_size = c.unscaled_font_size().value;
+        let angle = c.angle_degrees().unwrap_or(0.0);
+        let weight = c.font_weight();
+        // The font name costs an allocation per call; ask only when the style changes.
+        let bold = match last_font {
+            Some((size, w, bold)) if size == font_size && w == weight => bold,
+            _ => {
+                let bold = is_bold(weight, &c.font_name());
+                last_font = Some((font_size, weight, bold));
+                bold
+            }
+        };
+        glyphs.push(Glyph { ch, bbox, font_size, bold, generated, angle });
+    }
+    Ok(glyphs)
+}
+
+fn is_bold(weight: Option<PdfFontWeight>, name: &str) -> bool {
+    let heavy = match weight {
+        Some(PdfFontWeight::Custom(w)) => w >= 600,
+        Some(PdfFontWeight::Weight600) | Some(PdfFontWeight::Weight700Bold) | Some(PdfFontWeight::Weight800) | Some(PdfFontWeight::Weight900) => true,
+        _ => false,
+    };
+    let name = name.to_ascii_lowercase();
+    heavy || ["bold", "black", "heavy", "semibold", "demi"].iter().any(|k| name.contains(k))
+}
+
+fn render_png(page: &PdfPage<'_>, width: f32, height: f32, max_px: u32) -> Result<Vec<u8>, String> {
+    let scale = max_px as f32 / width.max(height).max(1.0);
+    let (w, h) = (((width * scale).round() as i32).max(1), ((height * scale).round() as i32).max(1));
+    let config = PdfRenderConfig::new().set_target_size(w, h).render_form_data(true);
+    let bitmap = page.render_with_config(&config).map_err(|e| format!("{e:?}"))?;
+    let (bw, bh) = (bitmap.width() as u32, bitmap.height() as u32);
+    let rgba = bitmap.as_rgba_bytes();
+    let rgb: Vec<u8> = rgba.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
+    let mut png = Vec::new();
+    let encoder = image::codecs::png::PngEncoder::new_with_quality(
+        &mut png,
+        image::codecs::png::CompressionType::Fast,
+        image::codecs::png::FilterType::Adaptive,
+    );
+    image::ImageEncoder::write_image(encoder, &rgb, bw, bh, image::ExtendedColorType::Rgb8).map_err(|e| e.to_string())?;
+    Ok(png)
+}

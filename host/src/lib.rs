@@ -1,0 +1,5 @@
+//! Evident: on-premise question answering over long PDFs, with the pages that prove each answer.
+
+pub mod config;
+pub mod ingest;
+pub mod store;

@@ -1,0 +1,59 @@
+//! The `evident` command line.
+
+mod cli;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Evident: answers questions over long private PDFs and cites the pages that prove them.
+#[derive(Parser)]
+#[command(name = "evident", version, about, long_about = None)]
+struct Cli {
+    /// Directory holding the store (overrides data_dir in the configuration).
+    #[arg(long, global = true, env = "EVIDENT_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Configuration file read over the built-in defaults.
+    #[arg(long, global = true, env = "EVIDENT_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read PDFs (files or folders, searched recursively) into the store.
+    Ingest(cli::ingest::IngestArgs),
+    /// List the documents in the store.
+    Docs(cli::docs::DocsArgs),
+    /// Show a document's details and outline, or one page's blocks with their boxes.
+    Show(cli::docs::ShowArgs),
+    /// Remove a document and everything stored for it.
+    Rm(cli::docs::RmArgs),
+    /// Measure Evident's speed and print a table.
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    cli::restore_sigpipe();
+    cli::init_logging();
+    let cli = Cli::parse();
+    let result = cli::Context::new(cli.config.as_deref(), cli.data_dir).and_then(|ctx| match cli.command {
+        Command::Ingest(args) => cli::ingest::run(&ctx, args),
+        Command::Docs(args) => cli::docs::list(&ctx, args),
+        Command::Show(args) => cli::docs::show(&ctx, args),
+        Command::Rm(args) => cli::docs::remove(&ctx, args),
+        Command::Bench(cmd) => cli::bench::run(&ctx, cmd),
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The redb store: documents, pages with blocks, page images and outlines.
+//!
+//! Everything about one document is written in one write transaction, so a document is either
+//! wholly in the store or not at all, even if the process is killed half-way.
+
+mod model;
+
+pub use model::{Block, BoundingBox, DocumentRecord, Line, OutlineEntry, PageRecord, Word};
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use thiserror::Error;
+
+const DOCUMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("documents");
+const PAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("pages");
+const PAGE_IMAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_images");
+const OUTLINES: TableDefinition<&str, &[u8]> = TableDefinition::new("outlines");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Bumped when a record layout changes incompatibly.
+const SCHEMA_VERSION: u64 = 1;
+
+/// File name of the store inside the data directory.
+pub const STORE_FILE: &str = "evident.redb";
+
+/// What can go wrong with the store.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("the store at {0} is in use by another evident process; wait for it to finish")]
+    InUse(PathBuf),
+    #[error("cannot create the data directory {path}: {source}")]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("the store at {path} was written by a newer evident (schema {found}, this one reads {SCHEMA_VERSION})")]
+    NewerSchema { path: PathBuf, found: u64 },
+    #[error("no document matches \"{0}\"; `evident docs` lists them")]
+    NoSuchDocument(String),
+    #[error("\"{query}\" matches several documents ({candidates}); give more of the id")]
+    Ambiguous { query: String, candidates: String },
+    #[error("document {doc} has no page {page} (it has {count})")]
+    NoSuchPage { doc: String, page: u32, count: u32 },
+    #[error("a stored record is damaged: {0}")]
+    Corrupt(#[from] postcard::Error),
+    #[error("store error: {0}")]
+    Database(#[from] redb::Error),
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self { StoreError::Database(e.into()) }
+        }
+    )*};
+}
+from_redb!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::DatabaseError
+);
+
+/// The appliance's persistent store.
+pub struct Store {
+    db: Database,
+}
+
+/// A document being written: nothing is visible to readers until [`DocumentWriter::commit`].
+pub struct DocumentWriter {
+    txn: redb::WriteTransaction,
+    id: String,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `data_dir`. A store left by a killed process is
+    /// repaired to its last committed state.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
+        let path = data_dir.join(STORE_FILE);
+        let db = match Database::create(&path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(StoreError::InUse(path)),
+            Err(e) => return Err(e.into()),
+        };
+        let store = Store { db };
+        store.check_schema(&path)?;
+        Ok(store)
+    }
+
+    fn check_schema(&self, path: &Path) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            let found = meta.get("schema_version")?.map(|v| v.value());
+            match found {
+                Some(v) if v > SCHEMA_VERSION => {
+                    return Err(StoreError::NewerSchema { path: path.to_path_buf(), found: v });
+                }
+                Some(_) => {}
+                None => {
+                    meta.insert("schema_version", SCHEMA_VERSION)?;
+                }
+            }
+            // Create every table so that readers never meet a missing one.
+            txn.open_table(DOCUMENTS)?;
+            txn.open_table(PAGES)?;
+            txn.open_table(PAGE_IMAGES)?;
+            txn.open_table(OUTLINES)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// The document with this content hash, if it is already stored.
+    pub fn find_by_hash(&self, content_hash: &str) -> Result<Option<DocumentRecord>, StoreError> {
+        let doc = self.document(&document_id(content_hash))?;
+        Ok(doc.filter(|d| d.content_hash == content_hash))
+    }
+
+    /// The document with exactly this id.
+    pub fn document(&self, id: &str) -> Result<Option<DocumentRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(DOCUMENTS)?;
+        match table.get(id)? {
+            Some(bytes) => Ok(Some(postcard::from_bytes(bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// All documents, ordered by title.
+    pub fn documents(&self) -> Result<Vec<DocumentRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(DOCUMENTS)?;
+        let mut docs = Vec::new();
+        for entry in table.iter()? {
+            let (_, bytes) = entry?;
+            docs.push(postcard::from_bytes::<DocumentRecord>(bytes.value())?);
+        }
+        docs.sort_by(|a, b| a.title.to_lowercase().cmp(&b.title.to_lowercase()));
+        Ok(docs)
+    }
+
+    /// Finds one document by id, title or file name; failing an exact match, by id prefix
+    /// (4 characters or more), then by a part of the file name or title (any case).
+    pub fn resolve(&self, query: &str) -> Result<DocumentRecord, StoreError> {
+        let docs = self.documents()?;
+        let q = query.trim();
+        let lower = q.to_lowercase();
+        let tiers: [&dyn Fn(&DocumentRecord) -> bool; 3] = [
+            &|d| d.id == q || d.title == q || file_name(&d.source_path) == q,
+            &|d| q.len() >= 4 && d.id.starts_with(q),
+            &|d| {
+                !lower.is_empty()
+                    && (file_name(&d.source_path).to_lowercase().contains(&lower)
+                        || d.title.to_lowercase().contains(&lower))
+            },
+        ];
+        for matches_tier in tiers {
+            let matches: Vec<&DocumentRecord> = docs.iter().filter(|d| matches_tier(d)).collect();
+            match matches.as_slice() {
+                [] => continue,
+                [one] => return Ok((*one).clone()),
+                many => {
+                    return Err(StoreError::Ambiguous {
+                        query: q.to_string(),
+                        candidates: many.iter().map(|d| d.id.as_str()).collect::<Vec<_>>().join(", "),
+                    });
+                }
+            }
+        }
+        Err(StoreError::NoSuchDocument(q.to_string()))
+    }
+
+    /// One page of a document.
+    pub fn page(&self, doc: &DocumentRecord, number: u32) -> Result<PageRecord, StoreError> {
+        let missing = || StoreError::NoSuchPage { doc: doc.id.clone(), page: number, count: doc.page_count };
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PAGES)?;
+        let bytes = table.get((doc.id.as_str(), number))?.ok_or_else(missing)?;
+        Ok(postcard::from_bytes(bytes.value())?)
+    }
+
+    /// The rendered PNG of one page, when images were rendered at ingest.
+    pub fn page_image(&self, doc: &DocumentRecord, number: u32) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PAGE_IMAGES)?;
+        Ok(table.get((doc.id.as_str(), number))?.map(|v| v.value().to_vec()))
+    }
+
+    /// The document's outline (empty when the PDF has none).
+    pub fn outline(&self, doc: &DocumentRecord) -> Result<Vec<OutlineEntry>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(OUTLINES)?;
+        match table.get(doc.id.as_str())? {
+            Some(bytes) => Ok(postcard::from_bytes(bytes.value())?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Starts writing a document with this content hash.
+    pub fn begin_document(&self, content_hash: &str) -> Result<DocumentWriter, StoreError> {
+        Ok(DocumentWriter { txn: self.db.begin_write()?, id: document_id(content_hash) })
+    }
+
+    /// Removes a document and everything stored for it, in one transaction.
+    pub fn remove(&self, doc: &DocumentRecord) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let id = doc.id.as_str();
+            txn.open_table(DOCUMENTS)?.remove(id)?;
+            txn.open_table(OUTLINES)?.remove(id)?;
+            let mut pages = txn.open_table(PAGES)?;
+            let mut images = txn.open_table(PAGE_IMAGES)?;
+            // Pages may exceed page_count if a record was damaged; sweep the whole key range.
+            pages.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
+            images.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+impl DocumentWriter {
+    /// The id the document will have.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Adds a page (and its image, if rendered).
+    pub fn put_page(&mut self, page: &PageRecord, png: Option<&[u8]>) -> Result<(), StoreError> {
+        let bytes = postcard::to_stdvec(page)?;
+        self.txn.open_table(PAGES)?.insert((self.id.as_str(), page.number), bytes.as_slice())?;
+        if let Some(png) = png {
+            self.txn.open_table(PAGE_IMAGES)?.insert((self.id.as_str(), page.number), png)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the outline and the document record, then commits everything at once.
+    pub fn commit(self, record: &DocumentRecord, outline: &[OutlineEntry]) -> Result<(), StoreError> {
+        {
+            let outline = postcard::to_stdvec(outline)?;
+            self.txn.open_table(OUTLINES)?.insert(self.id.as_str(), outline.as_slice())?;
+            let record = postcard::to_stdvec(record)?;
+            self.txn.open_table(DOCUMENTS)?.insert(self.id.as_str(), record.as_slice())?;
+        }
+        self.txn.commit()?;
+        Ok(())
+    }
+}
+
+/// The short id of a document with this content hash.
+pub fn document_id(content_hash: &str) -> String {
+    content_hash.chars().take(16).collect()
+}
+
+fn file_name(path: &str) -> &str {
+    Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
+}

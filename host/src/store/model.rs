@@ -1,0 +1,143 @@
+//! Records kept in the store. Boxes are in PDF points with the origin at the page's top-left
+//! corner and y growing downwards, the way images and HTML lay pages out.
+
+use serde::{Deserialize, Serialize};
+
+/// An axis-aligned rectangle in page points, origin top-left.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BoundingBox {
+    pub x0: f32,
+    pub y0: f32,
+    pub x1: f32,
+    pub y1: f32,
+}
+
+impl BoundingBox {
+    /// The smallest box holding both boxes.
+    pub fn union(&self, other: &BoundingBox) -> BoundingBox {
+        BoundingBox {
+            x0: self.x0.min(other.x0),
+            y0: self.y0.min(other.y0),
+            x1: self.x1.max(other.x1),
+            y1: self.y1.max(other.y1),
+        }
+    }
+
+    /// Width in points.
+    pub fn width(&self) -> f32 {
+        self.x1 - self.x0
+    }
+
+    /// Height in points.
+    pub fn height(&self) -> f32 {
+        self.y1 - self.y0
+    }
+
+    /// Length of the vertical overlap of two boxes (0 when apart).
+    pub fn vertical_overlap(&self, other: &BoundingBox) -> f32 {
+        (self.y1.min(other.y1) - self.y0.max(other.y0)).max(0.0)
+    }
+
+    /// Length of the horizontal overlap of two boxes (0 when apart).
+    pub fn horizontal_overlap(&self, other: &BoundingBox) -> f32 {
+        (self.x1.min(other.x1) - self.x0.max(other.x0)).max(0.0)
+    }
+
+    /// Whether this box lies within a page of the given size.
+    pub fn is_inside(&self, width: f32, height: f32) -> bool {
+        self.x0 >= 0.0 && self.y0 >= 0.0 && self.x1 <= width && self.y1 <= height
+            && self.x0 <= self.x1 && self.y0 <= self.y1
+    }
+}
+
+/// A word: characters between spaces, with one box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Word {
+    pub text: String,
+    pub bbox: BoundingBox,
+}
+
+/// A line of words sharing a baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    pub bbox: BoundingBox,
+    pub words: Vec<Word>,
+}
+
+impl Line {
+    /// The line's words joined by single spaces.
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        for (i, word) in self.words.iter().enumerate() {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(&word.text);
+        }
+        text
+    }
+}
+
+/// A block of lines set in one style: a paragraph, a heading, a table cell, a caption.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Block {
+    pub bbox: BoundingBox,
+    /// Dominant font size in points.
+    pub font_size: f32,
+    /// Whether the dominant font is bold (weight 600 or more, or a bold face name).
+    pub bold: bool,
+    pub lines: Vec<Line>,
+}
+
+impl Block {
+    /// The block's lines joined by newlines.
+    pub fn text(&self) -> String {
+        self.lines.iter().map(Line::text).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// One page: its size, its blocks in reading order, and whether it has a text layer at all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageRecord {
+    /// 1-based page number.
+    pub number: u32,
+    pub width: f32,
+    pub height: f32,
+    /// False for scanned pages with no text layer; OCR fills those in later.
+    pub has_text_layer: bool,
+    pub blocks: Vec<Block>,
+}
+
+impl PageRecord {
+    /// The page's text, blocks in reading order separated by blank lines.
+    pub fn text(&self) -> String {
+        self.blocks.iter().map(Block::text).collect::<Vec<_>>().join("\n\n")
+    }
+}
+
+/// One entry of a document's outline (bookmarks), flattened depth-first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutlineEntry {
+    pub title: String,
+    /// 0 for top-level entries.
+    pub level: u32,
+    /// 1-based target page, when the bookmark points at one.
+    pub page: Option<u32>,
+}
+
+/// A document as the store knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocumentRecord {
+    /// Short id: the first 16 hex digits of the content hash.
+    pub id: String,
+    /// sha256 of the file's bytes, hex.
+    pub content_hash: String,
+    pub title: String,
+    pub page_count: u32,
+    pub source_path: String,
+    /// Seconds since the Unix epoch.
+    pub ingested_at: u64,
+    /// Pages with no text layer (candidates for OCR).
+    pub pages_without_text: u32,
+    pub has_page_images: bool,
+}

@@ -1,0 +1,338 @@
+//! Ingest, end to end: the built `evident` binary on real benchmark PDFs, each test with a
+//! store of its own.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+
+use common::{Appliance, bbox, bench_page_counts, bench_pdf, block_text, blocks, page_text};
+
+const PAPER: &str = "mmlongbench-doc/2303.05039v2.pdf";
+const FILING: &str = "financebench/3M_2022_10K.pdf";
+
+fn doc_id(app: &Appliance, file: &str) -> String {
+    let name = Path::new(file).file_name().and_then(|n| n.to_str()).expect("file name");
+    app.docs()
+        .iter()
+        .find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(name)))
+        .and_then(|d| d["id"].as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("{file} is not in the store"))
+}
+
+#[test]
+fn page_counts_match_the_benchmark_and_a_second_ingest_adds_nothing() {
+    let app = Appliance::new();
+    let files = [
+        PAPER,
+        "mmlongbench-doc/User_Manual_1500S_Classic_EN.pdf",
+        "mmlongbench-doc/efis-140411041451-phpapp01_95.pdf",
+        "financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf",
+        "financebench/AMAZON_2017_10K.pdf",
+        "uda-finqa/ADI_2009.pdf",
+    ];
+    let paths: Vec<_> = files.iter().map(|f| bench_pdf(f)).collect();
+    let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let first = app.ingest(&refs, &["--no-images"]);
+    assert!(first.contains(&format!("{} added", files.len())), "{first}");
+
+    let expected = bench_page_counts();
+    let docs = app.docs();
+    assert_eq!(docs.len(), files.len());
+    for file in files {
+        let name = Path::new(file).file_name().and_then(|n| n.to_str()).expect("name");
+        let doc = docs
+            .iter()
+            .find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .expect("document listed");
+        assert_eq!(doc["page_count"].as_u64(), Some(expected[file]), "{file}");
+        assert_eq!(doc["content_hash"].as_str().map(str::len), Some(64));
+    }
+
+    let second = app.ingest(&refs, &["--no-images"]);
+    assert!(second.contains(&format!("0 added (0 pages), {} already present", files.len())), "{second}");
+    assert_eq!(app.docs().len(), files.len());
+}
+
+#[test]
+fn known_pages_hold_known_text_in_reading_order() {
+    let app = Appliance::new();
+    app.ingest(&[&bench_pdf(PAPER), &bench_pdf(FILING)], &["--no-images"]);
+    let paper = doc_id(&app, PAPER);
+    let filing = doc_id(&app, FILING);
+
+    let text = page_text(&app.page(&paper, 1));
+    let abstract_at = text.find("Personality is a psychological factor that reflects people’s").expect("abstract text");
+    // Two columns: the left column's last paragraph comes before the right column's first.
+    let left = text.find("Online recommendation systems are algorithms").expect("left column text");
+    let right = text.find("profile is important as people with different ages").expect("right column text");
+    assert!(abstract_at < left && left < right, "columns out of order:\n{text}");
+
+    let text = page_text(&app.page(&filing, 50));
+    assert!(text.contains("Consolidated Balance Sheet"), "{text}");
+    // Tables read by rows: a label comes right before its own figures.
+    let text = page_text(&app.page(&filing, 27));
+    let row = text.find("Cost of sales").expect("row label");
+    let figure = text.find("56.2 %").expect("row figure");
+    let next_row = text.find("Selling, general and administrative").expect("next row");
+    assert!(row < figure && figure < next_row, "table not read by rows:\n{text}");
+}
+
+#[test]
+fn headings_are_marked_by_size_and_weight() {
+    let app = Appliance::new();
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    let page = app.page(&doc_id(&app, PAPER), 1);
+    let blocks = blocks(&page);
+    let title = blocks.iter().find(|b| block_text(b).starts_with("Improving Recommendation Systems")).expect("title block");
+    let body = blocks.iter().find(|b| block_text(b).starts_with("Personality is a psychological")).expect("body block");
+    assert!(title["bold"].as_bool() == Some(true));
+    assert!(title["font_size"].as_f64() > body["font_size"].as_f64());
+    let heading = blocks.iter().find(|b| block_text(b) == "ABSTRACT").expect("heading block");
+    assert_eq!(heading["bold"].as_bool(), Some(true));
+    assert_eq!(body["bold"].as_bool(), Some(false));
+}
+
+/// Every box on every page lies inside its page, and no block is read before a block that
+/// sits above it in the same column.
+#[test]
+fn boxes_lie_inside_pages_and_blocks_come_in_reading_order() {
+    let app = Appliance::new();
+    let files = [PAPER, "mmlongbench-doc/tacl_a_00660.pdf", "uda-finqa/GS_2016.pdf", "mmlongbench-doc/camry_ebrochure.pdf"];
+    let paths: Vec<_> = files.iter().map(|f| bench_pdf(f)).collect();
+    let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    app.ingest(&refs, &["--no-images"]);
+    let mut checked_words = 0;
+    for doc in app.docs() {
+        let id = doc["id"].as_str().expect("id");
+        let pages = doc["page_count"].as_u64().expect("page count") as u32;
+        for n in 1..=pages {
+            let page = app.page(id, n);
+            let (w, h) = (page["width"].as_f64().expect("width"), page["height"].as_f64().expect("height"));
+            let inside = |b: (f64, f64, f64, f64)| b.0 >= 0.0 && b.1 >= 0.0 && b.2 <= w && b.3 <= h && b.0 <= b.2 && b.1 <= b.3;
+            let blocks = blocks(&page);
+            for block in &blocks {
+                assert!(inside(bbox(&block["bbox"])), "{id} p{n}: block {:?} outside {w}x{h}", bbox(&block["bbox"]));
+                for line in block["lines"].as_array().expect("lines") {
+                    assert!(inside(bbox(&line["bbox"])), "{id} p{n}: line outside");
+                    for word in line["words"].as_array().expect("words") {
+                        assert!(inside(bbox(&word["bbox"])), "{id} p{n}: word {} outside", word["text"]);
+                        checked_words += 1;
+                    }
+                }
+            }
+            for (i, earlier) in blocks.iter().enumerate() {
+                let a = bbox(&earlier["bbox"]);
+                for later in &blocks[i + 1..] {
+                    let b = bbox(&later["bbox"]);
+                    let above = b.3 <= a.1;
+                    let same_column = b.0.max(a.0) < b.2.min(a.2);
+                    assert!(
+                        !(above && same_column),
+                        "{id} p{n}: block {:?} ({:?}) is read after {:?} ({:?}) though it sits above it",
+                        block_text(later), b, block_text(earlier), a
+                    );
+                }
+            }
+        }
+    }
+    assert!(checked_words > 10_000, "only {checked_words} words checked");
+}
+
+#[test]
+fn outline_and_page_images_are_stored() {
+    let app = Appliance::new();
+    let manual = "mmlongbench-doc/User_Manual_1500S_Classic_EN.pdf";
+    app.ingest(&[&bench_pdf(manual)], &[]);
+    let id = doc_id(&app, manual);
+    let shown: serde_json::Value = serde_json::from_str(&app.ok(&["show", &id, "--json"])).expect("JSON");
+    let outline = shown["outline"].as_array().expect("outline");
+    assert!(outline.len() > 10, "the manual has bookmarks");
+    let pages = shown["document"]["page_count"].as_u64().expect("pages");
+    assert!(outline.iter().all(|e| e["page"].as_u64().is_none_or(|p| (1..=pages).contains(&p))));
+    assert!(outline.iter().any(|e| e["level"].as_u64() == Some(1)), "nested entries keep their level");
+
+    let png = app.data.path().join("page3.png");
+    app.ok(&["show", &id, "--page", "3", "--image", png.to_str().expect("path")]);
+    let bytes = std::fs::read(&png).expect("image written");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: width and height, big-endian, at bytes 16..24. The longer side is the configured bound.
+    let w = u32::from_be_bytes(bytes[16..20].try_into().expect("width"));
+    let h = u32::from_be_bytes(bytes[20..24].try_into().expect("height"));
+    assert_eq!(w.max(h), 1024, "{w}x{h}");
+}
+
+#[test]
+fn an_encrypted_pdf_needs_its_password() {
+    let app = Appliance::new();
+    let pdf = common::repo_root().join("tests/fixtures/encrypted.pdf");
+    let out = app.run(&["ingest", pdf.to_str().expect("path")]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("is encrypted; give its password with --password"), "{said}");
+
+    let out = app.run(&["ingest", "--password", "not-it", pdf.to_str().expect("path")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("the password given is wrong"));
+    assert!(app.docs().is_empty(), "nothing stored for a refused PDF");
+
+    app.ok(&["ingest", "--password", "evident-secret", pdf.to_str().expect("path")]);
+    let text = page_text(&app.page("encrypted", 1));
+    assert!(text.contains("Improving Recommendation Systems"), "{text}");
+}
+
+#[test]
+fn broken_pdfs_get_a_clear_error_and_leave_the_store_untouched() {
+    let app = Appliance::new();
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    let before = app.ok(&["docs", "--json"]);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let whole = std::fs::read(bench_pdf(FILING)).expect("read");
+    let truncated = dir.path().join("truncated.pdf");
+    std::fs::write(&truncated, &whole[..whole.len() / 2]).expect("write");
+    let garbage = dir.path().join("garbage.pdf");
+    let noise: Vec<u8> = (0..50_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&garbage, noise).expect("write");
+    let damaged = dir.path().join("damaged.pdf");
+    let mut body = b"%PDF-1.7\n".to_vec();
+    body.extend((0..20_000u32).map(|i| (i.wrapping_mul(40_503) >> 7) as u8));
+    body.extend(b"\n%%EOF\n");
+    std::fs::write(&damaged, body).expect("write");
+
+    for (file, sentence) in [
+        (&truncated, "is truncated: it has no end-of-file marker"),
+        (&garbage, "is not a PDF file"),
+        (&damaged, "is damaged and PDFium cannot read it"),
+    ] {
+        let out = app.run(&["ingest", file.to_str().expect("path")]);
+        assert!(!out.status.success(), "{} was accepted", file.display());
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains(sentence), "{said}");
+        assert_eq!(said.lines().filter(|l| l.starts_with("failed")).count(), 1, "one line per failed file: {said}");
+        assert_eq!(app.ok(&["docs", "--json"]), before, "the store changed after {}", file.display());
+    }
+    // A bad file among good ones fails alone.
+    let out = app.run(&["ingest", "--no-images", garbage.to_str().expect("path"), bench_pdf(FILING).to_str().expect("path")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 added (252 pages), 0 already present, 1 failed"));
+}
+
+#[test]
+fn a_page_without_text_is_flagged() {
+    let app = Appliance::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scan = dir.path().join("drawing.pdf");
+    std::fs::write(&scan, pdf_with_one_drawn_page()).expect("write");
+    let out = app.ingest(&[&scan], &[]);
+    assert!(out.contains("1 without a text layer"), "{out}");
+    let page = app.page("drawing", 1);
+    assert_eq!(page["has_text_layer"].as_bool(), Some(false));
+    assert!(blocks(&page).is_empty());
+}
+
+#[test]
+fn a_killed_ingest_leaves_no_trace_of_its_document() {
+    let app = Appliance::new();
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    let before = app.ok(&["docs", "--json"]);
+
+    let big = bench_pdf("financebench/CVSHEALTH_2018_10K.pdf");
+    let mut child = app
+        .command()
+        .args(["ingest", big.to_str().expect("path")])
+        .env("EVIDENT_LOG", "evident=debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ingest starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut reached = false;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.expect("log line");
+        if line.contains("page 40/392") {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "the ingest never reported page 40");
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("child reaped");
+    assert!(!status.success(), "the ingest finished before it was killed");
+
+    // Reopening repairs the store to its last commit: the paper is whole, the filing absent.
+    assert_eq!(app.ok(&["docs", "--json"]), before);
+    let paper_text = page_text(&app.page(&doc_id(&app, PAPER), 1));
+    assert!(paper_text.contains("Personality is a psychological factor"));
+    let out = app.run(&["show", "CVSHEALTH_2018_10K.pdf"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no document matches"));
+
+    // And the same file ingests cleanly afterwards.
+    let out = app.ingest(&[&big], &["--no-images"]);
+    assert!(out.contains("1 added (392 pages)"), "{out}");
+}
+
+#[test]
+fn rm_removes_a_document_and_its_pages() {
+    let app = Appliance::new();
+    app.ingest(&[&bench_pdf(PAPER), &bench_pdf("financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf")], &[]);
+    let id = doc_id(&app, PAPER);
+    let out = app.ok(&["rm", &id[..6]]);
+    assert!(out.contains(&format!("removed  {id}")), "{out}");
+    assert_eq!(app.docs().len(), 1);
+    let out = app.run(&["show", &id, "--page", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no document matches"));
+    // Ingesting it again brings it back whole.
+    let out = app.ingest(&[&bench_pdf(PAPER)], &[]);
+    assert!(out.contains("1 added (9 pages)"), "{out}");
+    assert!(page_text(&app.page(&id, 9)).len() > 100);
+}
+
+#[test]
+fn a_second_process_gets_a_clear_sentence_while_the_store_is_busy() {
+    let app = Appliance::new();
+    let mut child = app
+        .command()
+        .args(["ingest", bench_pdf("financebench/CVSHEALTH_2018_10K.pdf").to_str().expect("path")])
+        .env("EVIDENT_LOG", "evident=debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ingest starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("page 2/"))), "ingest started");
+    let out = app.run(&["docs"]);
+    child.kill().expect("kill");
+    child.wait().expect("reaped");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("is in use by another evident process"), "{said}");
+}
+
+/// A one-page PDF that draws a rectangle and has no text at all, like a scan.
+fn pdf_with_one_drawn_page() -> Vec<u8> {
+    let content = b"0.2 0.4 0.6 rg 100 100 400 600 re f";
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>".to_string(),
+        format!("<< /Length {} >>\nstream\n{}\nendstream", content.len(), String::from_utf8_lossy(content)),
+    ];
+    let mut pdf = b"%PDF-1.7\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(pdf.len());
+        pdf.extend(format!("{} 0 obj\n{body}\nendobj\n", i + 1).bytes());
+    }
+    let xref = pdf.len();
+    pdf.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).bytes());
+    for off in offsets {
+        pdf.extend(format!("{off:010} 00000 n \n").bytes());
+    }
+    pdf.extend(format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).bytes());
+    pdf
+}
