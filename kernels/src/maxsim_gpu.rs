@@ -1,0 +1,362 @@
+//! MaxSim on a wgpu device: page vectors stay resident between queries; each call uploads
+//! only the queries and reads back one score per page and query.
+
+use std::sync::Arc;
+
+use half::f16;
+use wgpu::util::DeviceExt;
+
+use crate::gpu::{GpuContext, GpuError};
+use crate::maxsim::{PageVectors, QueryBatch};
+
+const SHADER: &str = include_str!("../maxsim.wgsl");
+/// Query tokens one dispatch can score (64 threads x 4).
+pub const MAX_QUERY_TOKENS: usize = 256;
+/// vec4s of page data staged per workgroup tile (16 KiB of f32).
+const TILE_VEC4: usize = 1024;
+/// Threads per workgroup and query tokens per thread in the shader.
+const WG: usize = 64;
+const PER_THREAD: usize = 4;
+/// Loop iterations one invocation may run over a segment (lavapipe stops loops near 65k).
+const SEGMENT_BUDGET: usize = 24_000;
+/// Most workgroups along one dispatch dimension.
+const MAX_GROUPS_X: usize = 65_535;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    dim4: u32,
+    num_pages: u32,
+    num_segments: u32,
+    num_queries: u32,
+    query_tokens: u32,
+    tile_tokens: u32,
+    segment_groups_x: u32,
+    sum_groups_x: u32,
+}
+
+/// The compiled MaxSim pipeline on one device.
+pub struct MaxSimKernel {
+    ctx: Arc<GpuContext>,
+    segment_max: wgpu::ComputePipeline,
+    page_sum: wgpu::ComputePipeline,
+    /// Largest page buffer one binding may hold.
+    max_chunk_bytes: u64,
+    /// Page vectors stored as f16 on the device (else f32).
+    f16: bool,
+}
+
+/// Page vectors resident on the device, in chunks that each fit one storage binding.
+pub struct DevicePages {
+    chunks: Vec<PageChunk>,
+    dim: usize,
+    page_count: usize,
+}
+
+struct PageChunk {
+    vectors: wgpu::Buffer,
+    /// Token ranges of the segments, relative to the chunk.
+    segments: wgpu::Buffer,
+    /// Segment offsets per page.
+    page_segments: wgpu::Buffer,
+    num_segments: usize,
+    first_page: usize,
+    num_pages: usize,
+}
+
+impl DevicePages {
+    /// Number of pages.
+    pub fn page_count(&self) -> usize {
+        self.page_count
+    }
+
+    /// Number of device buffers the pages were split into.
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+impl MaxSimKernel {
+    /// Compiles the kernel for the device (f16 page storage where the device has shader-f16).
+    pub fn new(ctx: Arc<GpuContext>) -> Result<MaxSimKernel, GpuError> {
+        let f16 = ctx.shader_f16;
+        MaxSimKernel::with_storage(ctx, f16)
+    }
+
+    /// Compiles the kernel with f16 or f32 page storage (f16 needs shader-f16).
+    pub fn with_storage(ctx: Arc<GpuContext>, f16: bool) -> Result<MaxSimKernel, GpuError> {
+        if f16 && !ctx.shader_f16 {
+            return Err(GpuError::Unsupported(format!("{} has no shader-f16", ctx.info.name)));
+        }
+        let prelude = if f16 { "enable f16;\nalias PageElem = f16;\n" } else { "alias PageElem = f32;\n" };
+        let source = format!("{prelude}{SHADER}");
+        let (segment_max, page_sum) = ctx.checked(|| {
+            let module = ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("maxsim.wgsl"),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+            let pipeline = |entry: &str| {
+                ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            };
+            (pipeline("segment_max"), pipeline("page_sum"))
+        })?;
+        let limits = ctx.device.limits();
+        let max_chunk_bytes = u64::from(limits.max_storage_buffer_binding_size).min(limits.max_buffer_size) & !15;
+        Ok(MaxSimKernel { ctx, segment_max, page_sum, max_chunk_bytes, f16 })
+    }
+
+    /// Caps the bytes of page vectors per device buffer (to exercise chunking in tests).
+    pub fn with_max_chunk_bytes(mut self, bytes: u64) -> MaxSimKernel {
+        self.max_chunk_bytes = self.max_chunk_bytes.min(bytes.max(16) & !15);
+        self
+    }
+
+    /// The device this kernel runs on.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    fn elem_bytes(&self) -> usize {
+        if self.f16 { 2 } else { 4 }
+    }
+
+    /// Uploads page vectors to the device.
+    pub fn upload(&self, pages: &PageVectors) -> Result<DevicePages, GpuError> {
+        let dim = pages.dim();
+        let dim4 = dim.div_ceil(4).max(1);
+        let token_bytes = (dim4 * 4 * self.elem_bytes()) as u64;
+        let mut chunks = Vec::new();
+        let mut first = 0;
+        while first < pages.page_count() || (chunks.is_empty() && pages.page_count() == 0) {
+            let mut last = first;
+            let mut tokens = 0u64;
+            while last < pages.page_count() {
+                let n = pages.token_range(last).len() as u64;
+                if (tokens + n) * token_bytes > self.max_chunk_bytes {
+                    break;
+                }
+                tokens += n;
+                last += 1;
+            }
+            if last == first && first < pages.page_count() {
+                return Err(GpuError::Unsupported(format!(
+                    "page {first} has {} token vectors, more than one device buffer holds",
+                    pages.token_range(first).len()
+                )));
+            }
+            chunks.push(self.upload_chunk(pages, first..last, dim4)?);
+            first = last;
+            if pages.page_count() == 0 {
+                break;
+            }
+        }
+        Ok(DevicePages { chunks, dim, page_count: pages.page_count() })
+    }
+
+    fn upload_chunk(&self, pages: &PageVectors, range: std::ops::Range<usize>, dim4: usize) -> Result<PageChunk, GpuError> {
+        let dim = pages.dim();
+        let base = pages.offsets()[range.start];
+        let offsets: Vec<u32> = pages.offsets()[range.start..=range.end].iter().map(|o| o - base).collect();
+        let tokens = (offsets.last().copied().unwrap_or(0) as usize).max(1);
+        let src = &pages.data()[base as usize * dim..pages.offsets()[range.end] as usize * dim];
+        let padded = dim4 * 4;
+        let bytes: Vec<u8> = if self.f16 {
+            let mut v = vec![f16::ZERO; tokens * padded];
+            for (t, tok) in src.chunks_exact(dim.max(1)).enumerate() {
+                v[t * padded..t * padded + dim].copy_from_slice(tok);
+            }
+            bytemuck::cast_slice(&v).to_vec()
+        } else {
+            let mut v = vec![0.0f32; tokens * padded];
+            for (t, tok) in src.chunks_exact(dim.max(1)).enumerate() {
+                for (d, x) in tok.iter().enumerate() {
+                    v[t * padded + d] = x.to_f32();
+                }
+            }
+            bytemuck::cast_slice(&v).to_vec()
+        };
+        let seg_tokens = (SEGMENT_BUDGET / ((dim4 + 2) * PER_THREAD)).max(1) as u32;
+        let mut segments: Vec<[u32; 2]> = Vec::new();
+        let mut page_segments = vec![0u32];
+        for w in offsets.windows(2) {
+            let mut t = w[0];
+            while t < w[1] {
+                let end = (t + seg_tokens).min(w[1]);
+                segments.push([t, end]);
+                t = end;
+            }
+            page_segments.push(segments.len() as u32);
+        }
+        let num_segments = segments.len();
+        if segments.is_empty() {
+            segments.push([0, 0]);
+        }
+        let device = &self.ctx.device;
+        let storage = |label, contents: &[u8]| {
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage: wgpu::BufferUsages::STORAGE })
+        };
+        self.ctx.checked(|| PageChunk {
+            vectors: storage("maxsim pages", &bytes),
+            segments: storage("maxsim segments", bytemuck::cast_slice(&segments)),
+            page_segments: storage("maxsim page segments", bytemuck::cast_slice(&page_segments)),
+            num_segments,
+            first_page: range.start,
+            num_pages: range.len(),
+        })
+    }
+
+    /// Scores every resident page against every query: `scores[page * queries + query]`.
+    /// Outputs start as NaN, so a score the kernel failed to write can never pass as real.
+    pub fn score(&self, pages: &DevicePages, queries: &QueryBatch) -> Result<Vec<f32>, GpuError> {
+        if queries.dim() != pages.dim {
+            return Err(GpuError::Unsupported(format!("queries have {} dimensions, pages {}", queries.dim(), pages.dim)));
+        }
+        let nq = queries.query_count();
+        let mut scores = vec![f32::NAN; pages.page_count * nq];
+        if nq == 0 || pages.page_count == 0 {
+            return Ok(scores);
+        }
+        let groups = query_groups(queries)?;
+        let dim4 = pages.dim.div_ceil(4).max(1);
+        let device = &self.ctx.device;
+        let mut readbacks = Vec::new();
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("maxsim") });
+        self.ctx.checked(|| {
+            for group in &groups {
+                let (qdata, qoffsets) = pack_queries(queries, group.clone(), dim4);
+                let qbuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("maxsim queries"),
+                    contents: bytemuck::cast_slice(&qdata),
+                    usage: wgpu::BufferUsages::STORAGE,
+                });
+                let qoff = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("maxsim query offsets"),
+                    contents: bytemuck::cast_slice(&qoffsets),
+                    usage: wgpu::BufferUsages::STORAGE,
+                });
+                let gq = group.len();
+                for chunk in &pages.chunks {
+                    let query_tokens = *qoffsets.last().unwrap_or(&0) as usize;
+                    let (seg_x, seg_y) = grid(chunk.num_segments);
+                    let (sum_x, sum_y) = grid((chunk.num_pages * gq).div_ceil(WG));
+                    let params = Params {
+                        dim4: dim4 as u32,
+                        num_pages: chunk.num_pages as u32,
+                        num_segments: chunk.num_segments as u32,
+                        num_queries: gq as u32,
+                        query_tokens: query_tokens as u32,
+                        tile_tokens: (TILE_VEC4 / dim4).max(1) as u32,
+                        segment_groups_x: seg_x,
+                        sum_groups_x: sum_x,
+                    };
+                    let storage = |label, contents: &[u8], extra| {
+                        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                            label: Some(label),
+                            contents,
+                            usage: wgpu::BufferUsages::STORAGE | extra,
+                        })
+                    };
+                    let pbuf = storage("maxsim params", bytemuck::bytes_of(&params), wgpu::BufferUsages::empty());
+                    let nan_maxima = vec![f32::NAN; (chunk.num_segments * query_tokens).max(1)];
+                    let maxima = storage("maxsim segment maxima", bytemuck::cast_slice(&nan_maxima), wgpu::BufferUsages::empty());
+                    let out_len = (chunk.num_pages * gq).max(1);
+                    let out = storage("maxsim scores", bytemuck::cast_slice(&vec![f32::NAN; out_len]), wgpu::BufferUsages::COPY_SRC);
+                    let readback = device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("maxsim readback"),
+                        size: (out_len * 4) as u64,
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    });
+                    let bind = |pipeline: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::Buffer)]| {
+                        let entries: Vec<wgpu::BindGroupEntry> = entries
+                            .iter()
+                            .map(|(binding, buf)| wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() })
+                            .collect();
+                        device.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: Some("maxsim"),
+                            layout: &pipeline.get_bind_group_layout(0),
+                            entries: &entries,
+                        })
+                    };
+                    let seg_bind = bind(&self.segment_max, &[(0, &pbuf), (1, &chunk.vectors), (2, &chunk.segments), (4, &qbuf), (6, &maxima)]);
+                    let sum_bind = bind(&self.page_sum, &[(0, &pbuf), (3, &chunk.page_segments), (5, &qoff), (6, &maxima), (7, &out)]);
+                    {
+                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("maxsim"), timestamp_writes: None });
+                        if chunk.num_segments > 0 {
+                            pass.set_pipeline(&self.segment_max);
+                            pass.set_bind_group(0, &seg_bind, &[]);
+                            pass.dispatch_workgroups(seg_x, seg_y, 1);
+                        }
+                        pass.set_pipeline(&self.page_sum);
+                        pass.set_bind_group(0, &sum_bind, &[]);
+                        pass.dispatch_workgroups(sum_x, sum_y, 1);
+                    }
+                    encoder.copy_buffer_to_buffer(&out, 0, &readback, 0, (out_len * 4) as u64);
+                    readbacks.push((readback, chunk.first_page, chunk.num_pages, group.start, gq));
+                }
+            }
+        })?;
+        self.ctx.queue.submit([encoder.finish()]);
+        for (readback, _, _, _, _) in &readbacks {
+            readback.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        }
+        device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Readback(e.to_string()))?;
+        for (readback, first_page, num_pages, first_query, gq) in readbacks {
+            let view = readback.slice(..).get_mapped_range().map_err(|e| GpuError::Readback(e.to_string()))?;
+            let got: &[f32] = bytemuck::cast_slice(&view);
+            for p in 0..num_pages {
+                for q in 0..gq {
+                    scores[(first_page + p) * nq + first_query + q] = got[p * gq + q];
+                }
+            }
+        }
+        Ok(scores)
+    }
+}
+
+/// A dispatch grid for `groups` workgroups: x up to the per-dimension limit, the rest in y.
+fn grid(groups: usize) -> (u32, u32) {
+    let x = groups.clamp(1, MAX_GROUPS_X);
+    (x as u32, groups.div_ceil(x).max(1) as u32)
+}
+
+/// Splits the batch into runs of whole queries with at most MAX_QUERY_TOKENS tokens each.
+fn query_groups(queries: &QueryBatch) -> Result<Vec<std::ops::Range<usize>>, GpuError> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    let mut tokens = 0;
+    for q in 0..queries.query_count() {
+        let n = queries.token_range(q).len();
+        if n > MAX_QUERY_TOKENS {
+            return Err(GpuError::Unsupported(format!("a query has {n} token vectors; the GPU kernel takes at most {MAX_QUERY_TOKENS}")));
+        }
+        if tokens + n > MAX_QUERY_TOKENS {
+            groups.push(start..q);
+            start = q;
+            tokens = 0;
+        }
+        tokens += n;
+    }
+    groups.push(start..queries.query_count());
+    Ok(groups)
+}
+
+/// The group's query vectors padded to `dim4 * 4`, and its token offsets from 0.
+fn pack_queries(queries: &QueryBatch, group: std::ops::Range<usize>, dim4: usize) -> (Vec<f32>, Vec<u32>) {
+    let dim = queries.dim();
+    let first = queries.offsets()[group.start];
+    let last = queries.offsets()[group.end];
+    let mut data = vec![0.0f32; ((last - first) as usize).max(1) * dim4 * 4];
+    for (i, t) in (first..last).enumerate() {
+        data[i * dim4 * 4..i * dim4 * 4 + dim].copy_from_slice(queries.token(t as usize));
+    }
+    let offsets = queries.offsets()[group.start..=group.end].iter().map(|o| o - first).collect();
+    (data, offsets)
+}

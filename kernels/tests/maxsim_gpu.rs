@@ -1,0 +1,124 @@
+//! The WGSL MaxSim kernel against the plain reference, on a real wgpu device (Mesa's lavapipe
+//! where the machine has no GPU), on random inputs of odd sizes.
+
+use std::sync::{Arc, OnceLock};
+
+use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, maxsim_reference};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+fn gpu() -> Arc<GpuContext> {
+    static GPU: OnceLock<Arc<GpuContext>> = OnceLock::new();
+    GPU.get_or_init(|| GpuContext::new(AdapterChoice::Any).expect("a wgpu adapter (set-up installs Mesa's lavapipe)"))
+        .clone()
+}
+
+fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+}
+
+fn build(rng: &mut StdRng, dim: usize, page_tokens: &[usize], query_tokens: &[usize]) -> (PageVectors, QueryBatch) {
+    let mut pages = PageVectors::new(dim);
+    for &n in page_tokens {
+        pages.push_page(&random(rng, n * dim));
+    }
+    let mut queries = QueryBatch::new(dim);
+    for &n in query_tokens {
+        queries.push_query(&random(rng, n * dim));
+    }
+    (pages, queries)
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: score count");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / w.abs().max(1.0);
+        assert!(err < 1e-3, "{what}: score {i} is {g}, reference {w}");
+    }
+}
+
+fn check(what: &str, kernel: &MaxSimKernel, pages: &PageVectors, queries: &QueryBatch) {
+    let want = maxsim_reference(pages, queries);
+    let resident = kernel.upload(pages).expect("upload");
+    // Twice on the same resident pages: the second call must not depend on the first.
+    for round in 0..2 {
+        let got = kernel.score(&resident, queries).expect("scores");
+        assert_close(&format!("{what} (GPU, call {round})"), &got, &want);
+    }
+    assert_close(&format!("{what} (CPU)"), &MaxSimCpu::new(2).score(pages, queries), &want);
+}
+
+#[test]
+fn one_query_token_and_one_token_pages() {
+    let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
+    let mut rng = StdRng::seed_from_u64(1);
+    let (pages, queries) = build(&mut rng, 384, &[1, 1, 1, 2, 1, 3], &[1]);
+    check("1 query token, 1-token pages", &kernel, &pages, &queries);
+}
+
+#[test]
+fn long_pages_odd_dimensions_and_empty_pages() {
+    let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
+    let mut rng = StdRng::seed_from_u64(2);
+    let (pages, queries) = build(&mut rng, 37, &[1013, 0, 1, 2049, 7], &[5, 1, 19]);
+    check("dim 37, 1,000+-token pages, an empty page", &kernel, &pages, &queries);
+    let (pages, queries) = build(&mut rng, 384, &[1200, 31, 0, 999], &[20, 9, 13, 7, 3]);
+    check("dim 384, a question and four sub-questions", &kernel, &pages, &queries);
+}
+
+#[test]
+fn ten_thousand_pages_in_several_device_buffers() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let sizes: Vec<usize> = (0..10_000).map(|_| rng.random_range(1..9)).collect();
+    let (pages, queries) = build(&mut rng, 64, &sizes, &[11, 3]);
+    let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
+    check("10,000 pages, one buffer", &kernel, &pages, &queries);
+    let small = MaxSimKernel::new(gpu()).expect("kernel compiles").with_max_chunk_bytes(1 << 20);
+    assert!(small.upload(&pages).expect("upload").chunk_count() > 2);
+    check("10,000 pages, 1 MiB buffers", &small, &pages, &queries);
+}
+
+#[test]
+fn more_query_tokens_than_one_dispatch_takes() {
+    let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
+    let mut rng = StdRng::seed_from_u64(4);
+    // 9 queries, 333 tokens in all: the batch is split across dispatches.
+    let (pages, queries) = build(&mut rng, 48, &[3, 17, 250, 1], &[40, 40, 40, 40, 40, 40, 40, 40, 13]);
+    check("333 query tokens", &kernel, &pages, &queries);
+    let (_, too_long) = build(&mut rng, 48, &[], &[257]);
+    let resident = kernel.upload(&pages).expect("upload");
+    let err = kernel.score(&resident, &too_long).expect_err("a 257-token query is refused").to_string();
+    assert!(err.contains("at most 256"), "{err}");
+}
+
+/// One page of 30,000 tokens per probe, all zero but one token that matches the query: the
+/// kernel must find it wherever it sits (no invocation may stop early on a long page).
+#[test]
+fn the_best_token_is_found_anywhere_in_a_very_long_page() {
+    let dim = 8;
+    let n = 30_000;
+    let probes: Vec<usize> = (0..n).step_by(1499).chain([n - 1]).collect();
+    let mut pages = PageVectors::new(dim);
+    for &p in &probes {
+        let mut v = vec![0.0f32; n * dim];
+        v[p * dim + 3] = 1.0;
+        pages.push_page(&v);
+    }
+    let mut queries = QueryBatch::new(dim);
+    let mut q = vec![0.0f32; dim];
+    q[3] = 1.0;
+    queries.push_query(&q);
+    for f16 in [false, true].into_iter().filter(|&f| !f || gpu().shader_f16) {
+        let kernel = MaxSimKernel::with_storage(gpu(), f16).expect("kernel compiles");
+        let scores = kernel.score(&kernel.upload(&pages).expect("upload"), &queries).expect("scores");
+        let missed: Vec<usize> = probes.iter().zip(&scores).filter(|(_, s)| **s != 1.0).map(|(p, _)| *p).collect();
+        assert!(missed.is_empty(), "f16={f16}: the matching token was missed at positions {missed:?}");
+    }
+}
+
+#[test]
+fn f32_storage_matches_too() {
+    let kernel = MaxSimKernel::with_storage(gpu(), false).expect("kernel compiles");
+    let mut rng = StdRng::seed_from_u64(5);
+    let (pages, queries) = build(&mut rng, 384, &[700, 1, 0, 33], &[20, 4]);
+    check("f32 storage", &kernel, &pages, &queries);
+}
