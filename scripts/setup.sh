@@ -74,12 +74,14 @@ for pattern, member, dest in files:
         print(f"setup: unpacked {dest}")
 PY
 
-# 3. A Python environment for the reference scripts and benchmarks (from the cached wheel).
+# 3. A Python environment for the reference scripts and benchmarks: pypdfium2 (from the cached
+#    wheel) and numpy.
 VENV=$HOME_DIR/venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import pypdfium2" 2>/dev/null; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import pypdfium2, numpy" 2>/dev/null; then
   say "creating the Python environment for reference scripts ($VENV)"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --no-index --find-links "$CACHE" pypdfium2==5.15.2
+  "$VENV/bin/pip" install --quiet --only-binary=:all: numpy==2.4.6
 fi
 
 # 4. The WebAssembly target for stage plugins.

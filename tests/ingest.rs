@@ -35,7 +35,7 @@ fn page_counts_match_the_benchmark_and_a_second_ingest_adds_nothing() {
     ];
     let paths: Vec<_> = files.iter().map(|f| bench_pdf(f)).collect();
     let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
-    let first = app.ingest(&refs, &["--no-images"]);
+    let first = app.ingest(&refs, &["--no-images", "--no-index"]);
     assert!(first.contains(&format!("{} added", files.len())), "{first}");
 
     let expected = bench_page_counts();
@@ -51,7 +51,7 @@ fn page_counts_match_the_benchmark_and_a_second_ingest_adds_nothing() {
         assert_eq!(doc["content_hash"].as_str().map(str::len), Some(64));
     }
 
-    let second = app.ingest(&refs, &["--no-images"]);
+    let second = app.ingest(&refs, &["--no-images", "--no-index"]);
     assert!(second.contains(&format!("0 added (0 pages), {} already present", files.len())), "{second}");
     assert_eq!(app.docs().len(), files.len());
 }
@@ -59,7 +59,7 @@ fn page_counts_match_the_benchmark_and_a_second_ingest_adds_nothing() {
 #[test]
 fn known_pages_hold_known_text_in_reading_order() {
     let app = Appliance::new();
-    app.ingest(&[&bench_pdf(PAPER), &bench_pdf(FILING)], &["--no-images"]);
+    app.ingest(&[&bench_pdf(PAPER), &bench_pdf(FILING)], &["--no-images", "--no-index"]);
     let paper = doc_id(&app, PAPER);
     let filing = doc_id(&app, FILING);
 
@@ -83,7 +83,7 @@ fn known_pages_hold_known_text_in_reading_order() {
 #[test]
 fn headings_are_marked_by_size_and_weight() {
     let app = Appliance::new();
-    app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images", "--no-index"]);
     let page = app.page(&doc_id(&app, PAPER), 1);
     let blocks = blocks(&page);
     let title = blocks.iter().find(|b| block_text(b).starts_with("Improving Recommendation Systems")).expect("title block");
@@ -103,7 +103,7 @@ fn boxes_lie_inside_pages_and_blocks_come_in_reading_order() {
     let files = [PAPER, "mmlongbench-doc/tacl_a_00660.pdf", "uda-finqa/GS_2016.pdf", "mmlongbench-doc/camry_ebrochure.pdf"];
     let paths: Vec<_> = files.iter().map(|f| bench_pdf(f)).collect();
     let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
-    app.ingest(&refs, &["--no-images"]);
+    app.ingest(&refs, &["--no-images", "--no-index"]);
     let mut checked_words = 0;
     for doc in app.docs() {
         let id = doc["id"].as_str().expect("id");
@@ -145,7 +145,7 @@ fn boxes_lie_inside_pages_and_blocks_come_in_reading_order() {
 fn outline_and_page_images_are_stored() {
     let app = Appliance::new();
     let manual = "mmlongbench-doc/User_Manual_1500S_Classic_EN.pdf";
-    app.ingest(&[&bench_pdf(manual)], &[]);
+    app.ingest(&[&bench_pdf(manual)], &["--no-index"]);
     let id = doc_id(&app, manual);
     let shown: serde_json::Value = serde_json::from_str(&app.ok(&["show", &id, "--json"])).expect("JSON");
     let outline = shown["outline"].as_array().expect("outline");
@@ -168,17 +168,17 @@ fn outline_and_page_images_are_stored() {
 fn an_encrypted_pdf_needs_its_password() {
     let app = Appliance::new();
     let pdf = common::repo_root().join("tests/fixtures/encrypted.pdf");
-    let out = app.run(&["ingest", pdf.to_str().expect("path")]);
+    let out = app.run(&["ingest", "--no-index", pdf.to_str().expect("path")]);
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("is encrypted; give its password with --password"), "{said}");
 
-    let out = app.run(&["ingest", "--password", "not-it", pdf.to_str().expect("path")]);
+    let out = app.run(&["ingest", "--no-index", "--password", "not-it", pdf.to_str().expect("path")]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("the password given is wrong"));
     assert!(app.docs().is_empty(), "nothing stored for a refused PDF");
 
-    app.ok(&["ingest", "--password", "evident-secret", pdf.to_str().expect("path")]);
+    app.ok(&["ingest", "--no-index", "--password", "evident-secret", pdf.to_str().expect("path")]);
     let text = page_text(&app.page("encrypted", 1));
     assert!(text.contains("Improving Recommendation Systems"), "{text}");
 }
@@ -186,7 +186,7 @@ fn an_encrypted_pdf_needs_its_password() {
 #[test]
 fn broken_pdfs_get_a_clear_error_and_leave_the_store_untouched() {
     let app = Appliance::new();
-    app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images", "--no-index"]);
     let before = app.ok(&["docs", "--json"]);
 
     let dir = tempfile::tempdir().expect("temp dir");
@@ -207,7 +207,7 @@ fn broken_pdfs_get_a_clear_error_and_leave_the_store_untouched() {
         (&garbage, "is not a PDF file"),
         (&damaged, "is damaged and PDFium cannot read it"),
     ] {
-        let out = app.run(&["ingest", file.to_str().expect("path")]);
+        let out = app.run(&["ingest", "--no-index", file.to_str().expect("path")]);
         assert!(!out.status.success(), "{} was accepted", file.display());
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(said.contains(sentence), "{said}");
@@ -215,7 +215,7 @@ fn broken_pdfs_get_a_clear_error_and_leave_the_store_untouched() {
         assert_eq!(app.ok(&["docs", "--json"]), before, "the store changed after {}", file.display());
     }
     // A bad file among good ones fails alone.
-    let out = app.run(&["ingest", "--no-images", garbage.to_str().expect("path"), bench_pdf(FILING).to_str().expect("path")]);
+    let out = app.run(&["ingest", "--no-index", "--no-images", garbage.to_str().expect("path"), bench_pdf(FILING).to_str().expect("path")]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 added (252 pages), 0 already present, 1 failed"));
 }
@@ -226,7 +226,7 @@ fn a_page_without_text_is_flagged() {
     let dir = tempfile::tempdir().expect("temp dir");
     let scan = dir.path().join("drawing.pdf");
     std::fs::write(&scan, pdf_with_one_drawn_page()).expect("write");
-    let out = app.ingest(&[&scan], &[]);
+    let out = app.ingest(&[&scan], &["--no-index"]);
     assert!(out.contains("1 without a text layer"), "{out}");
     let page = app.page("drawing", 1);
     assert_eq!(page["has_text_layer"].as_bool(), Some(false));
@@ -236,13 +236,13 @@ fn a_page_without_text_is_flagged() {
 #[test]
 fn a_killed_ingest_leaves_no_trace_of_its_document() {
     let app = Appliance::new();
-    app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images", "--no-index"]);
     let before = app.ok(&["docs", "--json"]);
 
     let big = bench_pdf("financebench/CVSHEALTH_2018_10K.pdf");
     let mut child = app
         .command()
-        .args(["ingest", big.to_str().expect("path")])
+        .args(["ingest", "--no-index", big.to_str().expect("path")])
         .env("EVIDENT_LOG", "evident=debug")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -270,14 +270,14 @@ fn a_killed_ingest_leaves_no_trace_of_its_document() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no document matches"));
 
     // And the same file ingests cleanly afterwards.
-    let out = app.ingest(&[&big], &["--no-images"]);
+    let out = app.ingest(&[&big], &["--no-images", "--no-index"]);
     assert!(out.contains("1 added (392 pages)"), "{out}");
 }
 
 #[test]
 fn rm_removes_a_document_and_its_pages() {
     let app = Appliance::new();
-    app.ingest(&[&bench_pdf(PAPER), &bench_pdf("financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf")], &[]);
+    app.ingest(&[&bench_pdf(PAPER), &bench_pdf("financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf")], &["--no-index"]);
     let id = doc_id(&app, PAPER);
     let out = app.ok(&["rm", &id[..6]]);
     assert!(out.contains(&format!("removed  {id}")), "{out}");
@@ -286,7 +286,7 @@ fn rm_removes_a_document_and_its_pages() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no document matches"));
     // Ingesting it again brings it back whole.
-    let out = app.ingest(&[&bench_pdf(PAPER)], &[]);
+    let out = app.ingest(&[&bench_pdf(PAPER)], &["--no-index"]);
     assert!(out.contains("1 added (9 pages)"), "{out}");
     assert!(page_text(&app.page(&id, 9)).len() > 100);
 }
@@ -296,7 +296,7 @@ fn a_second_process_gets_a_clear_sentence_while_the_store_is_busy() {
     let app = Appliance::new();
     let mut child = app
         .command()
-        .args(["ingest", bench_pdf("financebench/CVSHEALTH_2018_10K.pdf").to_str().expect("path")])
+        .args(["ingest", "--no-index", bench_pdf("financebench/CVSHEALTH_2018_10K.pdf").to_str().expect("path")])
         .env("EVIDENT_LOG", "evident=debug")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

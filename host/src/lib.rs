@@ -2,4 +2,6 @@
 
 pub mod config;
 pub mod ingest;
+pub mod models;
+pub mod retrieval;
 pub mod store;

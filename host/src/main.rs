@@ -33,6 +33,12 @@ enum Command {
     Show(cli::docs::ShowArgs),
     /// Remove a document and everything stored for it.
     Rm(cli::docs::RmArgs),
+    /// Bring the retrieval indexes (token vectors, BM25) up to date.
+    Index(cli::search::IndexArgs),
+    /// Rank pages for a question.
+    Search(cli::search::SearchArgs),
+    /// Measure retrieval (Recall, NDCG, MRR at K) on a benchmark's questions.
+    Eval(cli::eval::EvalArgs),
     /// Measure Evident's speed and print a table.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -47,6 +53,9 @@ fn main() -> ExitCode {
         Command::Docs(args) => cli::docs::list(&ctx, args),
         Command::Show(args) => cli::docs::show(&ctx, args),
         Command::Rm(args) => cli::docs::remove(&ctx, args),
+        Command::Index(args) => cli::search::index(&ctx, args),
+        Command::Search(args) => cli::search::search(&ctx, args),
+        Command::Eval(args) => cli::eval::run(&ctx, args),
         Command::Bench(cmd) => cli::bench::run(&ctx, cmd),
     });
     match result {

@@ -1,12 +1,14 @@
 //! Evident's compute kernels: hand-written WGSL run through wgpu, a native CPU path for boxes
 //! without a GPU, and a plain-Rust reference for each that the tests compare against.
 
+mod attention;
 mod gpu;
 mod maxsim;
 mod maxsim_cpu;
 mod maxsim_gpu;
 mod topk;
 
+pub use attention::{fused_attention, fused_attention_into};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};

@@ -15,6 +15,28 @@ use super::Context;
 pub enum BenchCommand {
     /// PDF extraction throughput (text + boxes, then with page images), nothing stored.
     Ingest(BenchIngestArgs),
+    /// MaxSim throughput: the native CPU path, the WGSL kernel and numpy, on the same inputs.
+    Maxsim(BenchMaxsimArgs),
+}
+
+/// Arguments of `evident bench maxsim`.
+#[derive(Args)]
+pub struct BenchMaxsimArgs {
+    /// Page counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    pages: Vec<usize>,
+    /// Query tokens (one query).
+    #[arg(long, default_value_t = 20)]
+    query_tokens: usize,
+    /// Vector dimension.
+    #[arg(long, default_value_t = 384)]
+    dim: usize,
+    /// Python with numpy for the reference (set-up makes .evident/venv).
+    #[arg(long, default_value = ".evident/venv/bin/python")]
+    python: PathBuf,
+    /// Skip the WGSL kernel.
+    #[arg(long)]
+    no_gpu: bool,
 }
 
 /// Arguments of `evident bench ingest`.
@@ -32,6 +54,7 @@ pub struct BenchIngestArgs {
 pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Ingest(args) => bench_ingest(ctx, args),
+        BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python, args.no_gpu),
     }
 }
 

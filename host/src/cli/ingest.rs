@@ -21,6 +21,9 @@ pub struct IngestArgs {
     /// Skip rendering page images (faster; citations then show no picture).
     #[arg(long)]
     no_images: bool,
+    /// Skip building the retrieval indexes (token vectors, BM25); `evident index` does it later.
+    #[arg(long)]
+    no_index: bool,
 }
 
 /// Ingests every PDF named; one that fails is reported and the rest go on.
@@ -38,11 +41,13 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     };
     let progress = IngestProgress::new(files.len());
     let (mut added, mut present, mut failed, mut pages) = (0, 0, 0, 0u64);
+    let mut to_index = Vec::new();
     for path in &files {
         match ingest_file(&store, &reader, path, &options, &progress) {
             Ok(IngestOutcome::Added { doc, seconds }) => {
                 added += 1;
                 pages += u64::from(doc.page_count);
+                to_index.push(doc.clone());
                 let scanned = if doc.pages_without_text > 0 {
                     format!(", {} without a text layer", doc.pages_without_text)
                 } else {
@@ -66,5 +71,8 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     }
     progress.finish();
     println!("{added} added ({pages} pages), {present} already present, {failed} failed");
+    if !args.no_index && !to_index.is_empty() {
+        super::search::run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &to_index)?;
+    }
     Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -1,15 +1,21 @@
 //! Subcommands of the `evident` binary.
 
 pub mod bench;
+pub mod bench_maxsim;
 pub mod docs;
+pub mod eval;
 pub mod ingest;
+pub mod search;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use evident::config::ApplianceConfig;
+use evident::config::{ApplianceConfig, ComputeBackend};
 use evident::ingest::PdfReader;
+use evident::models::{TextEncoder, burn_device};
+use evident::retrieval::{LexicalIndex, MaxSimBackend, lexical_dir};
 use evident::store::Store;
+use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel};
 
 /// What every subcommand gets: the configuration with flags applied.
 pub struct Context {
@@ -29,6 +35,38 @@ impl Context {
     /// Opens the store.
     pub fn store(&self) -> Result<Store> {
         Ok(Store::open(&self.config.data_dir)?)
+    }
+
+    /// Opens the lexical index beside the store.
+    pub fn lexical(&self) -> Result<LexicalIndex> {
+        Ok(LexicalIndex::open(&lexical_dir(&self.config.data_dir))?)
+    }
+
+    /// Loads the embedded text encoder on the configured backend; on wgpu its attention runs
+    /// through the WGSL kernel.
+    pub fn encoder(&self) -> Result<TextEncoder> {
+        let compute = burn_device(self.config.compute.backend);
+        let dir = self.config.models_dir.join("all-minilm-l6-v2");
+        let encoder = if compute.wgpu {
+            TextEncoder::load_with_attention(&dir, &compute.device, Box::new(evident::models::wgsl_attention))?
+        } else {
+            TextEncoder::load(&dir, &compute.device)?
+        };
+        Ok(encoder)
+    }
+
+    /// The MaxSim scorer for the configured backend: the WGSL kernel on a real GPU (or any
+    /// wgpu adapter when `wgpu` is asked for), else the native CPU path.
+    pub fn maxsim(&self) -> Result<MaxSimBackend> {
+        let gpu = match self.config.compute.backend {
+            ComputeBackend::Cpu => None,
+            ComputeBackend::Auto => GpuContext::new(AdapterChoice::Hardware).ok(),
+            ComputeBackend::Wgpu => Some(GpuContext::new(AdapterChoice::Any)?),
+        };
+        Ok(match gpu {
+            Some(ctx) => MaxSimBackend::Gpu(MaxSimKernel::new(ctx)?),
+            None => MaxSimBackend::Cpu(MaxSimCpu::default()),
+        })
     }
 
     /// Binds PDFium.
@@ -52,3 +90,4 @@ pub fn restore_sigpipe() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+

@@ -5,7 +5,7 @@
 
 mod model;
 
-pub use model::{Block, BoundingBox, DocumentRecord, Line, OutlineEntry, PageRecord, Word};
+pub use model::{Block, BoundingBox, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +17,10 @@ const PAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("pages")
 const PAGE_IMAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_images");
 const OUTLINES: TableDefinition<&str, &[u8]> = TableDefinition::new("outlines");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Per-token vectors of a page: f16 little-endian, token after token.
+const PAGE_VECTORS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_vectors");
+/// What retrieval has indexed of a document (an encoded [`IndexState`]).
+const INDEX_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("index_state");
 
 /// Bumped when a record layout changes incompatibly.
 const SCHEMA_VERSION: u64 = 1;
@@ -109,6 +113,8 @@ impl Store {
             txn.open_table(PAGES)?;
             txn.open_table(PAGE_IMAGES)?;
             txn.open_table(OUTLINES)?;
+            txn.open_table(PAGE_VECTORS)?;
+            txn.open_table(INDEX_STATE)?;
         }
         txn.commit()?;
         Ok(())
@@ -200,6 +206,59 @@ impl Store {
         }
     }
 
+    /// What retrieval has indexed of a document.
+    pub fn index_state(&self, doc: &DocumentRecord) -> Result<IndexState, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(INDEX_STATE)?;
+        match table.get(doc.id.as_str())? {
+            Some(bytes) => Ok(postcard::from_bytes(bytes.value())?),
+            None => Ok(IndexState::default()),
+        }
+    }
+
+    /// Records what retrieval has indexed of a document.
+    pub fn set_index_state(&self, doc: &DocumentRecord, state: &IndexState) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let bytes = postcard::to_stdvec(state)?;
+            txn.open_table(INDEX_STATE)?.insert(doc.id.as_str(), bytes.as_slice())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Stores every page's token vectors (f16) and the new index state, in one transaction.
+    pub fn put_page_vectors(&self, doc: &DocumentRecord, pages: &[(u32, Vec<half::f16>)], state: &IndexState) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut table = txn.open_table(PAGE_VECTORS)?;
+            table.extract_from_if((doc.id.as_str(), 0)..=(doc.id.as_str(), u32::MAX), |_, _| true)?.for_each(drop);
+            for (page, vectors) in pages {
+                table.insert((doc.id.as_str(), *page), bytemuck::cast_slice::<half::f16, u8>(vectors))?;
+            }
+            let bytes = postcard::to_stdvec(state)?;
+            txn.open_table(INDEX_STATE)?.insert(doc.id.as_str(), bytes.as_slice())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Every page's token vectors, in page order (pages without vectors are absent).
+    pub fn page_vectors(&self, doc: &DocumentRecord) -> Result<Vec<(u32, Vec<half::f16>)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PAGE_VECTORS)?;
+        let mut out = Vec::new();
+        for entry in table.range((doc.id.as_str(), 0)..=(doc.id.as_str(), u32::MAX))? {
+            let (key, bytes) = entry?;
+            let raw = bytes.value();
+            let n = raw.len() / 2;
+            let mut v = vec![half::f16::ZERO; n];
+            bytemuck::cast_slice_mut::<half::f16, u8>(&mut v).copy_from_slice(&raw[..n * 2]);
+            out.push((key.value().1, v));
+        }
+        Ok(out)
+    }
+
     /// Starts writing a document with this content hash.
     pub fn begin_document(&self, content_hash: &str) -> Result<DocumentWriter, StoreError> {
         Ok(DocumentWriter { txn: self.db.begin_write()?, id: document_id(content_hash) })
@@ -212,11 +271,11 @@ impl Store {
             let id = doc.id.as_str();
             txn.open_table(DOCUMENTS)?.remove(id)?;
             txn.open_table(OUTLINES)?.remove(id)?;
-            let mut pages = txn.open_table(PAGES)?;
-            let mut images = txn.open_table(PAGE_IMAGES)?;
+            txn.open_table(INDEX_STATE)?.remove(id)?;
             // Pages may exceed page_count if a record was damaged; sweep the whole key range.
-            pages.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
-            images.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
+            for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS] {
+                txn.open_table(table)?.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
+            }
         }
         txn.commit()?;
         Ok(())

@@ -141,3 +141,12 @@ pub struct DocumentRecord {
     pub pages_without_text: u32,
     pub has_page_images: bool,
 }
+
+/// What retrieval has indexed of a document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IndexState {
+    /// The encoder whose token vectors are stored (None: no vectors yet).
+    pub vectors_by: Option<String>,
+    /// The document's pages are in the lexical index.
+    pub lexical: bool,
+}

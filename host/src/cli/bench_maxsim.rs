@@ -1,0 +1,127 @@
+//! `evident bench maxsim`: page-token vectors scored per second by each MaxSim path.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, cpu_features};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+/// Page lengths are drawn from this range (mean 128 tokens).
+const PAGE_TOKENS: std::ops::Range<usize> = 64..193;
+
+fn unit(rng: &mut StdRng, dim: usize) -> Vec<f32> {
+    let v: Vec<f32> = (0..dim).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.into_iter().map(|x| x / n).collect()
+}
+
+fn best_of(runs: usize, mut f: impl FnMut() -> Result<Vec<f32>>) -> Result<(f64, Vec<f32>)> {
+    let mut best = f64::INFINITY;
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        out = f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok((best, out))
+}
+
+fn max_rel_diff(a: &[f32], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs() / y.abs().max(1.0)).fold(0.0, f64::max)
+}
+
+/// Peak single-precision rate of this CPU, assuming two FMA units per core.
+fn peak_gflops() -> (f64, String) {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let mhz = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
+        .unwrap_or(2000.0);
+    let lanes = if cpu_features() == "avx2+fma" { 8.0 } else { 4.0 };
+    let gf = cores * mhz / 1000.0 * 2.0 * lanes * 2.0;
+    (gf, format!("{cores} cores x {mhz:.0} MHz x 2 FMA units x {lanes} f32 lanes (the path's vector width) x 2"))
+}
+
+/// Runs the benchmark and prints a table.
+pub fn run(sizes: Vec<usize>, query_tokens: usize, dim: usize, python: &Path, no_gpu: bool) -> Result<ExitCode> {
+    let gpu = if no_gpu { None } else { GpuContext::new(AdapterChoice::Any).ok() };
+    let kernel = match &gpu {
+        Some(ctx) => Some(MaxSimKernel::new(ctx.clone())?),
+        None => None,
+    };
+    let (peak, peak_how) = peak_gflops();
+    println!("MaxSim, {dim} dims, {query_tokens} query tokens, pages of {}-{} tokens (f16 storage)", PAGE_TOKENS.start, PAGE_TOKENS.end - 1);
+    println!("CPU path: {} on {} threads; peak {peak:.0} GFLOP/s = {peak_how}", cpu_features(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    if let Some(ctx) = &gpu {
+        println!("WGSL kernel on {} ({:?}, {:?}{})", ctx.info.name, ctx.info.backend, ctx.info.device_type, if ctx.is_software() { ", a software rasteriser: a correctness path, not a speed path" } else { "" });
+    }
+    println!("\n{:>7} {:>10}  {:>14} {:>7}  {:>14}  {:>14} {:>14}  {:>9}", "pages", "vectors", "CPU M vec/s", "%peak", "WGSL M vec/s", "np padded", "np flat", "CPU/flat");
+    let mut rng = StdRng::seed_from_u64(42);
+    for &n in &sizes {
+        let mut pages = PageVectors::new(dim);
+        for _ in 0..n {
+            let len = rng.random_range(PAGE_TOKENS);
+            let v: Vec<f32> = (0..len).flat_map(|_| unit(&mut rng, dim)).collect();
+            pages.push_page(&v);
+        }
+        let mut queries = QueryBatch::new(dim);
+        let q: Vec<f32> = (0..query_tokens).flat_map(|_| unit(&mut rng, dim)).collect();
+        queries.push_query(&q);
+        let tokens = pages.token_count() as f64;
+        let runs = if n >= 10_000 { 3 } else { 5 };
+
+        let cpu = MaxSimCpu::default();
+        let (cpu_s, cpu_scores) = best_of(runs, || Ok(cpu.score(&pages, &queries)))?;
+        let gflops = tokens * query_tokens as f64 * dim as f64 * 2.0 / cpu_s / 1e9;
+
+        let gpu_s = match (&kernel, &gpu) {
+            (Some(k), Some(ctx)) => {
+                let resident = k.upload(&pages)?;
+                let r = if ctx.is_software() { 1 } else { runs };
+                let (s, scores) = best_of(r, || Ok(k.score(&resident, &queries)?))?;
+                let diff = scores.iter().zip(&cpu_scores).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
+                anyhow::ensure!(diff < 1e-3, "the WGSL kernel and the CPU path disagree by {diff}");
+                Some(s)
+            }
+            _ => None,
+        };
+
+        let numpy = numpy_reference(python, &pages, &queries)?;
+        let flat_diff = max_rel_diff(&cpu_scores, &numpy.1);
+        anyhow::ensure!(flat_diff < 1e-3, "numpy and the CPU path disagree by {flat_diff}");
+        let rate = |s: f64| tokens / s / 1e6;
+        println!(
+            "{n:>7} {:>10}  {:>14.2} {:>6.1}%  {:>14}  {:>14.2} {:>14.2}  {:>8.2}x",
+            tokens as u64,
+            rate(cpu_s),
+            gflops / peak * 100.0,
+            gpu_s.map(|s| format!("{:.2}", rate(s))).unwrap_or_else(|| "-".into()),
+            rate(numpy.0.0),
+            rate(numpy.0.1),
+            numpy.0.1 / cpu_s,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs benches/maxsim_numpy.py on the same inputs: ((padded s, flat s), flat scores).
+fn numpy_reference(python: &Path, pages: &PageVectors, queries: &QueryBatch) -> Result<((f64, f64), Vec<f64>)> {
+    let dir = tempfile::tempdir()?;
+    let flat: Vec<f32> = pages.data().iter().map(|v| v.to_f32()).collect();
+    std::fs::write(dir.path().join("pages.f32"), bytemuck::cast_slice(&flat))?;
+    std::fs::write(dir.path().join("offsets.u32"), bytemuck::cast_slice(pages.offsets()))?;
+    std::fs::write(dir.path().join("queries.f32"), bytemuck::cast_slice(queries.data()))?;
+    std::fs::write(dir.path().join("dim.txt"), pages.dim().to_string())?;
+    let out = Command::new(python)
+        .arg("benches/maxsim_numpy.py")
+        .arg(dir.path())
+        .output()
+        .with_context(|| format!("cannot run {} (run the set-up to make it)", python.display()))?;
+    anyhow::ensure!(out.status.success(), "the numpy reference failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let secs = |k: &str| v[k]["seconds"].as_f64().unwrap_or(f64::NAN);
+    let scores = v["flat"]["scores"].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
+    Ok(((secs("padded"), secs("flat")), scores))
+}

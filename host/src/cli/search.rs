@@ -1,0 +1,122 @@
+//! `evident index` and `evident search`
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use evident::retrieval::{Ranker, SearchMode, best_snippet, index_document};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Context;
+
+/// Arguments of `evident index`.
+#[derive(Args)]
+pub struct IndexArgs {
+    /// Only these documents (id, file name or title); default: all.
+    docs: Vec<String>,
+}
+
+/// Arguments of `evident search`.
+#[derive(Args)]
+pub struct SearchArgs {
+    /// The question.
+    question: String,
+    /// How many pages to return.
+    #[arg(long, default_value_t = 20)]
+    k: usize,
+    /// Search only this document (repeatable; id, file name or title). Default: all.
+    #[arg(long = "doc")]
+    docs: Vec<String>,
+    /// Ranking: late-interaction MaxSim, BM25, or both fused.
+    #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
+    mode: SearchMode,
+    /// Weight of BM25 in hybrid mode.
+    #[arg(long, default_value_t = 0.5)]
+    alpha: f32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Brings the retrieval indexes of the store up to date.
+pub fn index(ctx: &Context, args: IndexArgs) -> Result<ExitCode> {
+    let store = ctx.store()?;
+    let docs = if args.docs.is_empty() {
+        store.documents()?
+    } else {
+        args.docs.iter().map(|d| store.resolve(d)).collect::<Result<_, _>>()?
+    };
+    let lexical = ctx.lexical()?;
+    let encoder = ctx.encoder()?;
+    run_index(&store, &lexical, &encoder, &docs)
+}
+
+/// Indexes `docs`, with a progress bar over pages.
+pub fn run_index(
+    store: &evident::store::Store,
+    lexical: &evident::retrieval::LexicalIndex,
+    encoder: &evident::models::TextEncoder,
+    docs: &[evident::store::DocumentRecord],
+) -> Result<ExitCode> {
+    let total: u64 = docs.iter().map(|d| u64::from(d.page_count)).sum();
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("index [{bar:30.cyan/blue}] {pos}/{len} pages  {per_sec}  eta {eta}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let (mut done, mut current) = (0, 0);
+    for doc in docs {
+        bar.set_message(doc.title.chars().take(40).collect::<String>());
+        let started = Instant::now();
+        if index_document(store, lexical, encoder, doc)? {
+            done += 1;
+            bar.suspend(|| println!("indexed  {}  {} ({} pages, {:.1} s)", doc.id, doc.title, doc.page_count, started.elapsed().as_secs_f64()));
+        } else {
+            current += 1;
+        }
+        bar.inc(u64::from(doc.page_count));
+    }
+    bar.finish_and_clear();
+    println!("{done} indexed, {current} already up to date");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ranks pages for a question.
+pub fn search(ctx: &Context, args: SearchArgs) -> Result<ExitCode> {
+    let store = ctx.store()?;
+    let docs = if args.docs.is_empty() {
+        store.documents()?
+    } else {
+        args.docs.iter().map(|d| store.resolve(d)).collect::<Result<_, _>>()?
+    };
+    let lexical = ctx.lexical()?;
+    let encoder = if args.mode == SearchMode::Bm25 { None } else { Some(ctx.encoder()?) };
+    let maxsim = ctx.maxsim()?;
+    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, alpha: args.alpha };
+    let started = Instant::now();
+    let hits = ranker.rank(&[args.question.as_str()], &docs, args.mode, args.k)?.remove(0);
+    let elapsed = started.elapsed();
+    let titles: std::collections::HashMap<&str, &str> = docs.iter().map(|d| (d.id.as_str(), d.title.as_str())).collect();
+    let mut rows = Vec::new();
+    for hit in &hits {
+        let doc = docs.iter().find(|d| d.id == hit.doc).expect("hit from a searched document");
+        let snippet = best_snippet(&store.page(doc, hit.page)?, &args.question);
+        rows.push((hit, snippet));
+    }
+    if args.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(h, s)| serde_json::json!({ "doc": h.doc, "title": titles[h.doc.as_str()], "page": h.page, "score": h.score, "snippet": s }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (rank, (h, snippet)) in rows.iter().enumerate() {
+        let title: String = titles[h.doc.as_str()].chars().take(40).collect();
+        println!("{:>3}. {:>8.4}  {}  p.{:<4} {title}\n      {snippet}", rank + 1, h.score, h.doc, h.page);
+    }
+    eprintln!("{} pages ranked by {:?} in {:.0} ms", docs.iter().map(|d| d.page_count).sum::<u32>(), args.mode, elapsed.as_secs_f64() * 1000.0);
+    Ok(ExitCode::SUCCESS)
+}

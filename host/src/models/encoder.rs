@@ -1,0 +1,203 @@
+//! Text to vectors: per-token vectors for late interaction and mean-pooled sentence vectors,
+//! from the embedded all-MiniLM-L6-v2 (burn) and its tokenizer.
+
+use std::path::Path;
+
+use burn::prelude::Device;
+use tokenizers::Tokenizer;
+
+use super::bert::{AttentionFn, Bert, ModelError, burn_attention};
+
+/// Longest window the model sees, special tokens included (sentence-transformers' limit).
+pub const MAX_WINDOW: usize = 256;
+/// Tokens two neighbouring windows share, so that no token is encoded without context.
+const WINDOW_OVERLAP: usize = 32;
+/// Token budget of one forward pass (windows are batched up to it).
+const BATCH_TOKENS: usize = 4096;
+
+/// The per-token vectors of one text, L2-normalised, `dim` values per token.
+#[derive(Debug, Clone, Default)]
+pub struct TokenVectors {
+    pub dim: usize,
+    pub vectors: Vec<f32>,
+    /// The word pieces the vectors belong to, in order.
+    pub tokens: Vec<String>,
+}
+
+impl TokenVectors {
+    /// Number of token vectors.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// The text encoder.
+pub struct TextEncoder {
+    bert: Bert,
+    tokenizer: Tokenizer,
+    attention: Box<AttentionFn>,
+    cls: u32,
+    sep: u32,
+}
+
+/// One window of token ids to encode, and where its vectors go.
+struct Window {
+    /// Index of the text it belongs to.
+    text: usize,
+    /// [CLS] content [SEP]
+    ids: Vec<u32>,
+    /// Positions in `ids` whose vectors are kept, with their index among the text's tokens.
+    keep: Vec<(usize, usize)>,
+}
+
+impl TextEncoder {
+    /// Loads the model and tokenizer from `dir` (as set-up unpacks them) onto `device`.
+    pub fn load(dir: &Path, device: &Device) -> Result<TextEncoder, ModelError> {
+        TextEncoder::load_with_attention(dir, device, Box::new(burn_attention))
+    }
+
+    /// Loads with a chosen attention implementation.
+    pub fn load_with_attention(dir: &Path, device: &Device, attention: Box<AttentionFn>) -> Result<TextEncoder, ModelError> {
+        let bert = Bert::load(dir, device)?;
+        let path = dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let id = |t: &str| tokenizer.token_to_id(t).ok_or_else(|| ModelError::Tokenizer(format!("no {t} token")));
+        let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
+        Ok(TextEncoder { bert, tokenizer, attention, cls, sep })
+    }
+
+    /// Vector dimension.
+    pub fn dim(&self) -> usize {
+        self.bert.config().hidden_size
+    }
+
+    /// Sentence vectors, as sentence-transformers makes them: the text truncated to
+    /// MAX_WINDOW tokens, hidden states mean-pooled over all its tokens, L2-normalised.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut windows = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            let (ids, _) = self.word_pieces(text)?;
+            let mut w = vec![self.cls];
+            w.extend(ids.iter().take(MAX_WINDOW - 2));
+            w.push(self.sep);
+            let keep = (0..w.len()).map(|p| (p, p)).collect();
+            windows.push(Window { text: i, ids: w, keep });
+        }
+        let dim = self.dim();
+        let mut out: Vec<Vec<f32>> = windows.iter().map(|_| vec![0.0; dim]).collect();
+        let mut counts = vec![0usize; windows.len()];
+        self.run(&windows, |w, _, v| {
+            for (a, b) in out[w.text].iter_mut().zip(v) {
+                *a += b;
+            }
+            counts[w.text] += 1;
+        })?;
+        for (v, n) in out.iter_mut().zip(counts) {
+            v.iter_mut().for_each(|x| *x /= n.max(1) as f32);
+            normalize(v);
+        }
+        Ok(out)
+    }
+
+    /// Per-token vectors of each text (special tokens and pure punctuation left out), long
+    /// texts split into overlapping windows; each token keeps the vector from the window
+    /// where it sits furthest from an edge.
+    pub fn token_vectors(&self, texts: &[&str]) -> Result<Vec<TokenVectors>, ModelError> {
+        let dim = self.dim();
+        let mut results = Vec::with_capacity(texts.len());
+        let mut windows = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            let (ids, pieces) = self.word_pieces(text)?;
+            let kept: Vec<usize> = (0..ids.len()).filter(|&t| pieces[t].chars().any(char::is_alphanumeric)).collect();
+            let mut slot = vec![usize::MAX; ids.len()];
+            for (k, &t) in kept.iter().enumerate() {
+                slot[t] = k;
+            }
+            results.push(TokenVectors {
+                dim,
+                vectors: vec![0.0; kept.len() * dim],
+                tokens: kept.iter().map(|&t| pieces[t].clone()).collect(),
+            });
+            let content = MAX_WINDOW - 2;
+            let stride = content - WINDOW_OVERLAP;
+            let mut start = 0;
+            loop {
+                let end = (start + content).min(ids.len());
+                // Tokens shared with a neighbour go to the window where they are further in.
+                let lo = if start == 0 { 0 } else { start + WINDOW_OVERLAP / 2 };
+                let hi = if end == ids.len() { end } else { end - WINDOW_OVERLAP / 2 };
+                let mut w = vec![self.cls];
+                w.extend(&ids[start..end]);
+                w.push(self.sep);
+                let keep = (lo..hi).filter(|&t| slot[t] != usize::MAX).map(|t| (t - start + 1, slot[t])).collect();
+                windows.push(Window { text: i, ids: w, keep });
+                if end >= ids.len() {
+                    break;
+                }
+                start += stride;
+            }
+        }
+        self.run(&windows, |w, k, v| {
+            let dst = &mut results[w.text].vectors[k * dim..(k + 1) * dim];
+            dst.copy_from_slice(v);
+            normalize(dst);
+        })?;
+        Ok(results)
+    }
+
+    fn word_pieces(&self, text: &str) -> Result<(Vec<u32>, Vec<String>), ModelError> {
+        let enc = self.tokenizer.encode(text, false).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok((enc.get_ids().to_vec(), enc.get_tokens().to_vec()))
+    }
+
+    /// Encodes windows in length-sorted batches; `sink(window, keep index, vector)` receives the
+    /// hidden state of every kept position (for `embed`, every position).
+    fn run(&self, windows: &[Window], mut sink: impl FnMut(&Window, usize, &[f32])) -> Result<(), ModelError> {
+        let dim = self.dim();
+        let mut order: Vec<usize> = (0..windows.len()).collect();
+        order.sort_by_key(|&i| windows[i].ids.len());
+        let mut i = 0;
+        while i < order.len() {
+            let seq = windows[order[i]].ids.len();
+            let mut j = i;
+            while j < order.len() && (j - i + 1) * windows[order[j]].ids.len().max(seq) <= BATCH_TOKENS.max(seq) {
+                j += 1;
+            }
+            let batch = &order[i..j.max(i + 1)];
+            let seq = batch.iter().map(|&w| windows[w].ids.len()).max().unwrap_or(1);
+            let mut ids = vec![0u32; batch.len() * seq];
+            let mut mask = vec![0u32; batch.len() * seq];
+            for (b, &w) in batch.iter().enumerate() {
+                let wids = &windows[w].ids;
+                ids[b * seq..b * seq + wids.len()].copy_from_slice(wids);
+                mask[b * seq..b * seq + wids.len()].iter_mut().for_each(|m| *m = 1);
+            }
+            let hidden = self.bert.forward(&ids, &mask, batch.len(), seq, self.attention.as_ref())?;
+            for (b, &w) in batch.iter().enumerate() {
+                let win = &windows[w];
+                for &(pos, k) in &win.keep {
+                    let at = (b * seq + pos) * dim;
+                    sink(win, k, &hidden[at..at + dim]);
+                }
+            }
+            i += batch.len();
+        }
+        Ok(())
+    }
+}
+
+fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}

@@ -1,0 +1,214 @@
+//! Retrieval: per-token page vectors scored by MaxSim, BM25 over page text, and their fusion.
+
+mod lexical;
+pub mod metrics;
+mod snippet;
+
+pub use lexical::{LexicalError, LexicalIndex};
+pub use snippet::best_snippet;
+
+use std::path::Path;
+
+use evident_kernels::{MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, top_k};
+use thiserror::Error;
+
+use crate::models::{ModelError, TextEncoder};
+use crate::store::{DocumentRecord, IndexState, Store, StoreError};
+
+/// Name recorded with stored vectors, so that a change of encoder shows up as stale vectors.
+pub const ENCODER_ID: &str = "all-MiniLM-L6-v2/tokens-v1";
+
+/// Why retrieval failed.
+#[derive(Debug, Error)]
+pub enum RetrievalError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Lexical(#[from] LexicalError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Gpu(#[from] evident_kernels::GpuError),
+    #[error("document {0} has no token vectors yet; run `evident index`")]
+    NotIndexed(String),
+}
+
+/// How pages are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    /// Late interaction over per-token vectors.
+    Maxsim,
+    /// BM25 over page text.
+    Bm25,
+    /// Both, each min-max normalised per query, then mixed.
+    Hybrid,
+}
+
+/// One ranked page.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Hit {
+    pub doc: String,
+    pub page: u32,
+    pub score: f32,
+}
+
+/// Where MaxSim runs.
+pub enum MaxSimBackend {
+    Cpu(MaxSimCpu),
+    Gpu(MaxSimKernel),
+}
+
+impl MaxSimBackend {
+    /// Scores `pages` against every query of the batch: `[page * queries + query]`.
+    pub fn score(&self, pages: &PageVectors, queries: &QueryBatch) -> Result<Vec<f32>, RetrievalError> {
+        match self {
+            MaxSimBackend::Cpu(cpu) => Ok(cpu.score(pages, queries)),
+            MaxSimBackend::Gpu(kernel) => Ok(kernel.score(&kernel.upload(pages)?, queries)?),
+        }
+    }
+}
+
+/// The lexical index's folder inside the data directory.
+pub fn lexical_dir(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("lexical")
+}
+
+/// Brings one document's retrieval indexes up to date; returns whether anything was done.
+pub fn index_document(
+    store: &Store,
+    lexical: &LexicalIndex,
+    encoder: &TextEncoder,
+    doc: &DocumentRecord,
+) -> Result<bool, RetrievalError> {
+    let mut state = store.index_state(doc)?;
+    let wants_vectors = state.vectors_by.as_deref() != Some(ENCODER_ID);
+    if !wants_vectors && state.lexical {
+        return Ok(false);
+    }
+    let pages: Vec<(u32, String)> = (1..=doc.page_count)
+        .map(|n| store.page(doc, n).map(|p| (n, p.text())))
+        .collect::<Result<_, _>>()?;
+    if !state.lexical {
+        lexical.replace_document(&doc.id, &pages)?;
+        state.lexical = true;
+        store.set_index_state(doc, &state)?;
+    }
+    if wants_vectors {
+        let texts: Vec<&str> = pages.iter().map(|(_, t)| t.as_str()).collect();
+        let encoded = encoder.token_vectors(&texts)?;
+        let vectors: Vec<(u32, Vec<half::f16>)> = pages
+            .iter()
+            .zip(encoded)
+            .map(|((n, _), tv)| (*n, tv.vectors.iter().map(|&x| half::f16::from_f32(x)).collect()))
+            .collect();
+        state.vectors_by = Some(ENCODER_ID.to_string());
+        store.put_page_vectors(doc, &vectors, &state)?;
+    }
+    Ok(true)
+}
+
+/// A document's pages as MaxSim input, with the page number of each entry.
+pub fn load_page_vectors(store: &Store, doc: &DocumentRecord, dim: usize) -> Result<(PageVectors, Vec<u32>), RetrievalError> {
+    if store.index_state(doc)?.vectors_by.as_deref() != Some(ENCODER_ID) {
+        return Err(RetrievalError::NotIndexed(doc.id.clone()));
+    }
+    let mut pages = PageVectors::new(dim);
+    let mut numbers = Vec::new();
+    for (n, v) in store.page_vectors(doc)? {
+        pages.push_page_f16(&v);
+        numbers.push(n);
+    }
+    Ok((pages, numbers))
+}
+
+/// Per-query min-max normalisation to [0, 1] (all equal: all 0).
+pub fn min_max(scores: &mut [f32]) {
+    let (lo, hi) = scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &s| (l.min(s), h.max(s)));
+    let span = hi - lo;
+    for s in scores.iter_mut() {
+        *s = if span > 0.0 { (*s - lo) / span } else { 0.0 };
+    }
+}
+
+/// Ranks the pages of `docs` for several questions at once (a question and its sub-questions,
+/// or a benchmark's questions about one document): the `k` best hits per question.
+pub struct Ranker<'a> {
+    pub store: &'a Store,
+    pub lexical: &'a LexicalIndex,
+    pub encoder: Option<&'a TextEncoder>,
+    pub maxsim: &'a MaxSimBackend,
+    /// Weight of BM25 in hybrid mode (HiKEY's alpha).
+    pub alpha: f32,
+}
+
+impl Ranker<'_> {
+    /// The best `k` pages of `docs` for each question.
+    pub fn rank(&self, questions: &[&str], docs: &[DocumentRecord], mode: SearchMode, k: usize) -> Result<Vec<Vec<Hit>>, RetrievalError> {
+        // Every page in scope, in a fixed order: (doc index, page number).
+        let mut pages: Vec<(usize, u32)> = Vec::new();
+        let mut dense: Vec<Vec<f32>> = vec![Vec::new(); questions.len()];
+        if mode != SearchMode::Bm25 {
+            let encoder = self.encoder.ok_or_else(|| ModelError::Compute("no encoder loaded".into()))?;
+            let mut batch = QueryBatch::new(encoder.dim());
+            for tv in encoder.token_vectors(questions)? {
+                batch.push_query(&tv.vectors);
+            }
+            for (d, doc) in docs.iter().enumerate() {
+                let (vectors, numbers) = load_page_vectors(self.store, doc, encoder.dim())?;
+                let scores = self.maxsim.score(&vectors, &batch)?;
+                let nq = questions.len();
+                for (i, n) in numbers.iter().enumerate() {
+                    pages.push((d, *n));
+                    for (q, col) in dense.iter_mut().enumerate() {
+                        col.push(scores[i * nq + q]);
+                    }
+                }
+            }
+        } else {
+            for (d, doc) in docs.iter().enumerate() {
+                pages.extend((1..=doc.page_count).map(|n| (d, n)));
+            }
+        }
+        let ids: Vec<String> = docs.iter().map(|d| d.id.clone()).collect();
+        let position: std::collections::HashMap<(&str, u32), usize> =
+            pages.iter().enumerate().map(|(i, (d, n))| ((ids[*d].as_str(), *n), i)).collect();
+        let mut out = Vec::with_capacity(questions.len());
+        for (q, question) in questions.iter().enumerate() {
+            let mut scores = match mode {
+                SearchMode::Maxsim => dense[q].clone(),
+                SearchMode::Bm25 | SearchMode::Hybrid => {
+                    let mut lex = vec![0.0f32; pages.len()];
+                    for (doc, page, score) in self.lexical.search(question, Some(&ids), pages.len().max(1))? {
+                        if let Some(&i) = position.get(&(doc.as_str(), page)) {
+                            lex[i] = score;
+                        }
+                    }
+                    if mode == SearchMode::Hybrid {
+                        let mut dn = dense[q].clone();
+                        min_max(&mut dn);
+                        min_max(&mut lex);
+                        lex.iter().zip(&dn).map(|(l, d)| self.alpha * l + (1.0 - self.alpha) * d).collect()
+                    } else {
+                        lex
+                    }
+                }
+            };
+            if mode == SearchMode::Bm25 {
+                // Pages BM25 never matched stay at 0 and are ranked after every match.
+                scores.iter_mut().for_each(|s| *s = s.max(0.0));
+            }
+            let hits = top_k(&scores, k)
+                .into_iter()
+                .map(|i| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score: scores[i] })
+                .collect();
+            out.push(hits);
+        }
+        Ok(out)
+    }
+}
+
+/// Whether the stored vectors of `doc` are current.
+pub fn is_indexed(state: &IndexState) -> bool {
+    state.vectors_by.as_deref() == Some(ENCODER_ID) && state.lexical
+}

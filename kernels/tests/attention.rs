@@ -1,0 +1,39 @@
+//! The WGSL attention kernel against burn's own attention, on burn's wgpu device (lavapipe
+//! here), on odd shapes with random padding.
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::module::attention;
+use evident_kernels::fused_attention_into;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+fn check(batch: usize, heads: usize, seq: usize, head_dim: usize, seed: u64) {
+    let dev = Device::wgpu(DeviceKind::DefaultDevice);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let rand = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
+    let (q, k, v) = (rand([batch, heads, seq, head_dim]), rand([batch, heads, seq, head_dim]), rand([batch, heads, seq, head_dim]));
+    // Each sequence keeps a random number of real tokens (at least one), the rest is padding.
+    let mut mask = vec![0.0f32; batch * seq];
+    for b in 0..batch {
+        let real = rng.random_range(1..=seq);
+        mask[b * seq..b * seq + real].iter_mut().for_each(|m| *m = 1.0);
+    }
+    let mask = Tensor::<2>::from_data(TensorData::new(mask, [batch, seq]), &dev);
+    let noise = Tensor::<4>::full([batch, heads, seq, head_dim], f32::NAN, &dev);
+    let got = fused_attention_into(q.clone(), k.clone(), v.clone(), mask.clone(), noise).expect("kernel runs");
+    let pad = mask.equal_elem(0.0).reshape([batch, 1, 1, seq]).expand([batch, heads, seq, seq]);
+    let want = attention(q, k, v, Some(pad), None, Default::default());
+    let got: Vec<f32> = got.into_data().try_into_vec::<f32>().expect("read back");
+    let want: Vec<f32> = want.into_data().try_into_vec::<f32>().expect("read back");
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) });
+    assert!(worst < 1e-4, "[{batch}, {heads}, {seq}, {head_dim}]: differs from burn's attention by {worst}");
+}
+
+#[test]
+fn matches_burns_attention_on_odd_shapes() {
+    check(1, 1, 1, 32, 1);
+    check(3, 5, 37, 32, 2);
+    check(2, 12, 129, 32, 3);
+    check(4, 3, 17, 7, 4);
+    check(1, 2, 256, 64, 5);
+}

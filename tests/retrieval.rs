@@ -1,0 +1,94 @@
+//! Retrieval end to end: ingest indexes pages, `evident search` ranks them in each mode,
+//! `evident index` is idempotent, `rm` leaves no hit behind, `evident eval` scores a benchmark.
+
+mod common;
+
+use common::{Appliance, bench_pdf};
+
+const PAPER: &str = "mmlongbench-doc/2303.05039v2.pdf";
+const FILING: &str = "financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf";
+
+fn search(app: &Appliance, question: &str, mode: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["search", question, "--mode", mode, "--json", "--k", "5"];
+    args.extend(extra);
+    serde_json::from_str(&app.ok(&args)).expect("search JSON")
+}
+
+fn indexed_appliance() -> Appliance {
+    let app = Appliance::new();
+    let out = app.ingest(&[&bench_pdf(PAPER), &bench_pdf(FILING)], &["--no-images"]);
+    assert!(out.contains("2 indexed"), "ingest indexes what it adds: {out}");
+    app
+}
+
+#[test]
+fn search_ranks_pages_in_every_mode_with_snippets() {
+    let app = indexed_appliance();
+    for mode in ["maxsim", "bm25", "hybrid"] {
+        let hits = search(&app, "Amazon-beauty and Amazon-music personality datasets statistics", mode, &["--doc", "2303.05039v2.pdf"]);
+        assert_eq!(hits.len(), 5, "{mode}");
+        let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().expect("score")).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{mode}: scores descend: {scores:?}");
+        assert!(hits.iter().all(|h| h["title"].as_str().is_some_and(|t| t.starts_with("Improving Recommendation"))), "{mode}: --doc scopes the search");
+        let pages: Vec<u64> = hits.iter().map(|h| h["page"].as_u64().expect("page")).collect();
+        assert!(pages.iter().all(|p| (1..=9).contains(p)));
+        assert!(hits.iter().all(|h| !h["snippet"].as_str().unwrap_or_default().is_empty()), "{mode}: snippets");
+    }
+    // The corpus-wide search finds the shareholder vote in the 8-K, not in the paper.
+    for mode in ["maxsim", "bm25", "hybrid"] {
+        let hits = search(&app, "outcome of the shareholder vote on the congruency report proposal at the annual meeting", mode, &[]);
+        assert!(hits[0]["title"].as_str().is_some_and(|t| !t.starts_with("Improving")), "{mode}: {hits:?}");
+    }
+}
+
+#[test]
+fn index_is_idempotent_and_rm_leaves_no_hit() {
+    let app = indexed_appliance();
+    let out = app.ok(&["index"]);
+    assert!(out.contains("0 indexed, 2 already up to date"), "{out}");
+    app.ok(&["rm", "2303.05039v2.pdf"]);
+    for mode in ["maxsim", "bm25"] {
+        let hits = search(&app, "personality recommendation Amazon-beauty", mode, &[]);
+        assert!(hits.iter().all(|h| !h["title"].as_str().unwrap_or_default().starts_with("Improving")), "{mode}: {hits:?}");
+    }
+    // Ingested again without indexing, it is found only after `evident index`.
+    app.ingest(&[&bench_pdf(PAPER)], &["--no-images", "--no-index"]);
+    let out = app.run(&["search", "personality", "--mode", "maxsim", "--doc", "2303.05039v2.pdf"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run `evident index`"));
+    let out = app.ok(&["index"]);
+    assert!(out.contains("1 indexed, 1 already up to date"), "{out}");
+    assert_eq!(search(&app, "personality", "maxsim", &["--doc", "2303.05039v2.pdf"]).len(), 5);
+}
+
+#[test]
+fn eval_scores_the_benchmark_questions_of_ingested_documents() {
+    let app = indexed_appliance();
+    let out_json = app.data.path().join("eval.json");
+    let questions = common::repo_root().join("../shared/bench/questions.jsonl");
+    let out = app.ok(&[
+        "eval",
+        "--questions",
+        questions.to_str().expect("path"),
+        "--k",
+        "1,5",
+        "--json",
+        out_json.to_str().expect("path"),
+    ]);
+    // The paper has 9 questions (2 not answerable), the 8-K one.
+    assert!(out.contains("8 questions scored; 2 without evidence pages"), "{out}");
+    let report: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&out_json).expect("json written")).expect("JSON");
+    for mode in ["maxsim", "bm25", "hybrid"] {
+        let overall = report.iter().find(|r| r["mode"] == mode && r["source"] == "overall").expect("overall row");
+        assert_eq!(overall["questions"].as_u64(), Some(8));
+        for metric in ["recall", "ndcg", "mrr"] {
+            let v: Vec<f64> = overall[metric].as_array().expect("values").iter().map(|x| x.as_f64().expect("number")).collect();
+            assert_eq!(v.len(), 2);
+            assert!(v.iter().all(|x| (0.0..=1.0).contains(x)), "{mode} {metric}: {v:?}");
+            assert!(v[1] >= v[0] - 1e-12 || metric == "ndcg", "{mode} {metric} grows with K: {v:?}");
+        }
+        // A 9-page paper and a 4-page filing: five pages hold some gold page for most questions.
+        let recall5 = overall["recall"][1].as_f64().expect("recall@5");
+        assert!(recall5 > 0.3, "{mode}: recall@5 {recall5}");
+    }
+}
