@@ -75,12 +75,21 @@ fn eval_scores_the_benchmark_questions_of_ingested_documents() {
         "--json",
         out_json.to_str().expect("path"),
     ]);
-    // The paper has 9 questions (2 not answerable), the 8-K one.
-    assert!(out.contains("8 questions scored; 2 without evidence pages"), "{out}");
+    // Only the questions on the two ingested documents count, and only those with gold pages.
+    let all = std::fs::read_to_string(&questions).expect("questions");
+    let ours: Vec<serde_json::Value> = all
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("question"))
+        .filter(|q| [PAPER, FILING].contains(&q["doc"].as_str().expect("doc")))
+        .collect();
+    let scored = ours.iter().filter(|q| !q["evidence_pages"].as_array().expect("pages").is_empty()).count();
+    let unanswerable = all.lines().filter(|l| l.contains("\"evidence_pages\": []")).count();
+    assert!(scored >= 5);
+    assert!(out.contains(&format!("{scored} questions scored; {unanswerable} without evidence pages")), "{out}");
     let report: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&out_json).expect("json written")).expect("JSON");
     for mode in ["maxsim", "bm25", "hybrid"] {
         let overall = report.iter().find(|r| r["mode"] == mode && r["source"] == "overall").expect("overall row");
-        assert_eq!(overall["questions"].as_u64(), Some(8));
+        assert_eq!(overall["questions"].as_u64(), Some(scored as u64));
         for metric in ["recall", "ndcg", "mrr"] {
             let v: Vec<f64> = overall[metric].as_array().expect("values").iter().map(|x| x.as_f64().expect("number")).collect();
             assert_eq!(v.len(), 2);

@@ -46,6 +46,7 @@ enum Command {
 
 fn main() -> ExitCode {
     cli::restore_sigpipe();
+    cli::ensure_runtime_dir();
     cli::init_logging();
     let cli = Cli::parse();
     let result = cli::Context::new(cli.config.as_deref(), cli.data_dir).and_then(|ctx| match cli.command {

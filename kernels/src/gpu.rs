@@ -41,7 +41,12 @@ impl GpuContext {
     /// Opens the best adapter allowed by `choice`: discrete, then integrated, virtual and
     /// software. `WGPU_BACKEND` and friends narrow the search as usual.
     pub fn new(choice: AdapterChoice) -> Result<Arc<GpuContext>, GpuError> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        if choice == AdapterChoice::Hardware {
+            // GL adapters are never the fast path, and probing EGL on a headless box logs errors.
+            desc.backends.remove(wgpu::Backends::GL);
+        }
+        let instance = wgpu::Instance::new(desc);
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         let rank = |t: wgpu::DeviceType| match t {
             wgpu::DeviceType::DiscreteGpu => 0,

@@ -75,10 +75,11 @@ impl Context {
     }
 }
 
-/// Logs go to stderr, filtered by EVIDENT_LOG (default: warnings).
+/// Logs go to stderr, filtered by EVIDENT_LOG (default: warnings, without the GPU driver layer's
+/// chatter about backends this box does not have).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("EVIDENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,wgpu_hal=off"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
@@ -91,3 +92,18 @@ pub fn restore_sigpipe() {
     }
 }
 
+
+/// Mesa's Vulkan drivers want a private runtime directory and complain on every start without
+/// one; give them one when the environment has none.
+pub fn ensure_runtime_dir() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir()) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("evident-runtime-{}", unsafe { libc::getuid() }));
+    if std::fs::create_dir_all(&dir).is_ok() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        // SAFETY: called first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+}

@@ -42,14 +42,18 @@ pub struct SearchArgs {
 /// Brings the retrieval indexes of the store up to date.
 pub fn index(ctx: &Context, args: IndexArgs) -> Result<ExitCode> {
     let store = ctx.store()?;
-    let docs = if args.docs.is_empty() {
-        store.documents()?
-    } else {
-        args.docs.iter().map(|d| store.resolve(d)).collect::<Result<_, _>>()?
-    };
+    let docs = resolve_docs(&store, &args.docs)?;
     let lexical = ctx.lexical()?;
     let encoder = ctx.encoder()?;
     run_index(&store, &lexical, &encoder, &docs)
+}
+
+/// The documents named (id, file name or title), or all when none are.
+fn resolve_docs(store: &evident::store::Store, names: &[String]) -> Result<Vec<evident::store::DocumentRecord>> {
+    if names.is_empty() {
+        return Ok(store.documents()?);
+    }
+    Ok(names.iter().map(|d| store.resolve(d)).collect::<Result<_, _>>()?)
 }
 
 /// Indexes `docs`, with a progress bar over pages.
@@ -86,11 +90,7 @@ pub fn run_index(
 /// Ranks pages for a question.
 pub fn search(ctx: &Context, args: SearchArgs) -> Result<ExitCode> {
     let store = ctx.store()?;
-    let docs = if args.docs.is_empty() {
-        store.documents()?
-    } else {
-        args.docs.iter().map(|d| store.resolve(d)).collect::<Result<_, _>>()?
-    };
+    let docs = resolve_docs(&store, &args.docs)?;
     let lexical = ctx.lexical()?;
     let encoder = if args.mode == SearchMode::Bm25 { None } else { Some(ctx.encoder()?) };
     let maxsim = ctx.maxsim()?;

@@ -15,6 +15,9 @@ use thiserror::Error;
 use crate::models::{ModelError, TextEncoder};
 use crate::store::{DocumentRecord, IndexState, Store, StoreError};
 
+/// Pages encoded per call to the encoder while indexing.
+const ENCODE_PAGES: usize = 16;
+
 /// Name recorded with stored vectors, so that a change of encoder shows up as stale vectors.
 pub const ENCODER_ID: &str = "all-MiniLM-L6-v2/tokens-v1";
 
@@ -95,13 +98,14 @@ pub fn index_document(
         store.set_index_state(doc, &state)?;
     }
     if wants_vectors {
-        let texts: Vec<&str> = pages.iter().map(|(_, t)| t.as_str()).collect();
-        let encoded = encoder.token_vectors(&texts)?;
-        let vectors: Vec<(u32, Vec<half::f16>)> = pages
-            .iter()
-            .zip(encoded)
-            .map(|((n, _), tv)| (*n, tv.vectors.iter().map(|&x| half::f16::from_f32(x)).collect()))
-            .collect();
+        // A few pages at a time, so that only their f32 vectors are held at once.
+        let mut vectors: Vec<(u32, Vec<half::f16>)> = Vec::with_capacity(pages.len());
+        for chunk in pages.chunks(ENCODE_PAGES) {
+            let texts: Vec<&str> = chunk.iter().map(|(_, t)| t.as_str()).collect();
+            for ((n, _), tv) in chunk.iter().zip(encoder.token_vectors(&texts)?) {
+                vectors.push((*n, tv.vectors.iter().map(|&x| half::f16::from_f32(x)).collect()));
+            }
+        }
         state.vectors_by = Some(ENCODER_ID.to_string());
         store.put_page_vectors(doc, &vectors, &state)?;
     }
