@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, builds Evident in release mode and runs it on its embedded defaults.
-# With no arguments it ingests the sample PDFs (../shared/bench/docs) and lists the store;
-# with arguments it runs `evident ARGS...`.
+# With no arguments it ingests three sample PDFs from ../shared/bench/docs (a paper, a filing,
+# a report), answers a sample search over them and lists the store; with arguments it runs
+# `evident ARGS...` (for example `bash scripts/run.sh ingest ../shared/bench/docs`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -10,10 +11,12 @@ EVIDENT=${CARGO_TARGET_DIR:-target}/release/evident
 if [ $# -gt 0 ]; then
   exec "$EVIDENT" "$@"
 fi
-SAMPLES=../shared/bench/docs
-if [ -d "$SAMPLES" ]; then
-  "$EVIDENT" ingest "$SAMPLES"
+DOCS=../shared/bench/docs
+SAMPLES=("$DOCS/mmlongbench-doc/2303.05039v2.pdf" "$DOCS/financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf" "$DOCS/mmlongbench-doc/PIP_Seniors-and-Tech-Use_040314.pdf")
+if [ -f "${SAMPLES[0]}" ]; then
+  "$EVIDENT" ingest "${SAMPLES[@]}"
+  "$EVIDENT" search "How many seniors aged 65 and older go online?" --k 3
 else
-  echo "run: no sample PDFs at $SAMPLES; ingest your own with: $EVIDENT ingest <PDF or folder>"
+  echo "run: no sample PDFs under $DOCS; ingest your own with: $EVIDENT ingest <PDF or folder>"
 fi
 "$EVIDENT" docs
