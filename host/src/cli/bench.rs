@@ -17,6 +17,23 @@ pub enum BenchCommand {
     Ingest(BenchIngestArgs),
     /// MaxSim throughput: the native CPU path, the WGSL kernel and numpy, on the same inputs.
     Maxsim(BenchMaxsimArgs),
+    /// Encoder throughput (tokens/s) beside sentence-transformers on the same texts.
+    Encoder(BenchEncoderArgs),
+}
+
+/// Arguments of `evident bench encoder`.
+#[derive(Args)]
+pub struct BenchEncoderArgs {
+    /// PDF whose page texts are encoded.
+    #[arg(long, default_value = "../shared/bench/docs/financebench/3M_2022_10K.pdf")]
+    pdf: PathBuf,
+    /// Pages to encode (from the first).
+    #[arg(long, default_value_t = 48)]
+    pages: u32,
+    /// Python with sentence-transformers for the reference (scripts/bench-encoder.sh makes one);
+    /// without it, only Evident is measured.
+    #[arg(long)]
+    python: Option<PathBuf>,
 }
 
 /// Arguments of `evident bench maxsim`.
@@ -54,6 +71,7 @@ pub struct BenchIngestArgs {
 pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Ingest(args) => bench_ingest(ctx, args),
+        BenchCommand::Encoder(args) => bench_encoder(ctx, args),
         BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python, args.no_gpu),
     }
 }
@@ -91,6 +109,48 @@ fn bench_ingest(ctx: &Context, args: BenchIngestArgs) -> Result<ExitCode> {
         for (l, p, s) in rows {
             println!("{l:<24} {p:>7} {s:>9.2} {:>9.1}", p as f64 / s);
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
+    let reader = ctx.pdf_reader()?;
+    let bytes = std::fs::read(&args.pdf).with_context(|| format!("cannot read {}", args.pdf.display()))?;
+    let pdf = reader.open(&bytes, None)?;
+    let texts: Vec<String> = (1..=pdf.page_count().min(args.pages))
+        .map(|n| pdf.read_page(n, None).map(|(p, _)| p.text()))
+        .collect::<Result<_, _>>()?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let mut rows = Vec::new();
+    for backend in [evident::config::ComputeBackend::Cpu, evident::config::ComputeBackend::Wgpu] {
+        let mut config = ctx.config.clone();
+        config.compute.backend = backend;
+        let sub = Context { config };
+        let encoder = sub.encoder()?;
+        encoder.embed(&refs[..refs.len().min(4)])?; // warm-up: shader compilation, autotune
+        let started = Instant::now();
+        encoder.embed(&refs)?;
+        let secs = started.elapsed().as_secs_f64();
+        rows.push((format!("evident ({backend:?})"), encoder.count_tokens(&refs)?, secs));
+    }
+    if let Some(python) = &args.python {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("texts.json");
+        std::fs::write(&file, serde_json::to_string(&texts)?)?;
+        let out = std::process::Command::new(python).arg("benches/encoder_st.py").arg(&file).output()
+            .with_context(|| format!("cannot run {}", python.display()))?;
+        anyhow::ensure!(out.status.success(), "sentence-transformers failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        rows.push((
+            format!("sentence-transformers (torch CPU, {} threads)", v["threads"]),
+            v["tokens"].as_u64().unwrap_or(0) as usize,
+            v["seconds"].as_f64().unwrap_or(f64::NAN),
+        ));
+    }
+    println!("{} pages of {} (texts truncated at 256 tokens, as sentence-transformers does)", texts.len(), args.pdf.display());
+    println!("{:<48} {:>8} {:>9} {:>9}", "encoder", "tokens", "seconds", "tokens/s");
+    for (name, tokens, secs) in rows {
+        println!("{name:<48} {tokens:>8} {secs:>9.2} {:>9.0}", tokens as f64 / secs);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -154,6 +154,15 @@ impl TextEncoder {
         Ok(results)
     }
 
+    /// Tokens the model sees for these texts in `embed` (special tokens included).
+    pub fn count_tokens(&self, texts: &[&str]) -> Result<usize, ModelError> {
+        let mut n = 0;
+        for text in texts {
+            n += self.word_pieces(text)?.0.len().min(MAX_WINDOW - 2) + 2;
+        }
+        Ok(n)
+    }
+
     fn word_pieces(&self, text: &str) -> Result<(Vec<u32>, Vec<String>), ModelError> {
         let enc = self.tokenizer.encode(text, false).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok((enc.get_ids().to_vec(), enc.get_tokens().to_vec()))
