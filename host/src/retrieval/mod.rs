@@ -85,7 +85,7 @@ pub fn index_document(
     doc: &DocumentRecord,
 ) -> Result<bool, RetrievalError> {
     let mut state = store.index_state(doc)?;
-    let wants_vectors = state.vectors_by.as_deref() != Some(ENCODER_ID);
+    let wants_vectors = !has_current_vectors(&state);
     if !wants_vectors && state.lexical {
         return Ok(false);
     }
@@ -114,7 +114,7 @@ pub fn index_document(
 
 /// A document's pages as MaxSim input, with the page number of each entry.
 pub fn load_page_vectors(store: &Store, doc: &DocumentRecord, dim: usize) -> Result<(PageVectors, Vec<u32>), RetrievalError> {
-    if store.index_state(doc)?.vectors_by.as_deref() != Some(ENCODER_ID) {
+    if !has_current_vectors(&store.index_state(doc)?) {
         return Err(RetrievalError::NotIndexed(doc.id.clone()));
     }
     let mut pages = PageVectors::new(dim);
@@ -212,7 +212,7 @@ impl Ranker<'_> {
     }
 }
 
-/// Whether the stored vectors of `doc` are current.
-pub fn is_indexed(state: &IndexState) -> bool {
-    state.vectors_by.as_deref() == Some(ENCODER_ID) && state.lexical
+/// Whether a document's stored token vectors come from the current encoder.
+fn has_current_vectors(state: &IndexState) -> bool {
+    state.vectors_by.as_deref() == Some(ENCODER_ID)
 }
