@@ -39,6 +39,27 @@ pub struct ApplianceConfig {
     pub compute: ComputeConfig,
     pub server: ServerConfig,
     pub ingest: IngestConfig,
+    pub generator: GeneratorConfig,
+}
+
+/// Which generator answers: the embedded model or an OpenAI-compatible server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GeneratorBackend {
+    /// The GGUF model in `models_dir`, run by burn.
+    Embedded,
+    /// A `/v1/chat/completions` server (`[generator.openai]`).
+    Openai,
+}
+
+/// `[generator]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorConfig {
+    pub backend: GeneratorBackend,
+    /// The embedded model's GGUF file, relative to `models_dir`.
+    pub model_file: PathBuf,
+    pub openai: crate::generate::RemoteConfig,
 }
 
 /// `[compute]`

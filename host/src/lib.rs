@@ -1,6 +1,7 @@
 //! Evident: on-premise question answering over long PDFs, with the pages that prove each answer.
 
 pub mod config;
+pub mod generate;
 pub mod ingest;
 pub mod models;
 pub mod retrieval;

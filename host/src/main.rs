@@ -39,6 +39,8 @@ enum Command {
     Search(cli::search::SearchArgs),
     /// Measure retrieval (Recall, NDCG, MRR at K) on a benchmark's questions.
     Eval(cli::eval::EvalArgs),
+    /// Run the generator on a prompt (streamed), or score candidate replies with --choice.
+    Generate(cli::generate::GenerateArgs),
     /// Measure Evident's speed and print a table.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Index(args) => cli::search::index(&ctx, args),
         Command::Search(args) => cli::search::search(&ctx, args),
         Command::Eval(args) => cli::eval::run(&ctx, args),
+        Command::Generate(args) => cli::generate::run(&ctx, args),
         Command::Bench(cmd) => cli::bench::run(&ctx, cmd),
     });
     match result {

@@ -4,13 +4,15 @@ pub mod bench;
 pub mod bench_maxsim;
 pub mod docs;
 pub mod eval;
+pub mod generate;
 pub mod ingest;
 pub mod search;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use evident::config::{ApplianceConfig, ComputeBackend};
+use evident::config::{ApplianceConfig, ComputeBackend, GeneratorBackend};
+use evident::generate::{EmbeddedGenerator, Generator, RemoteGenerator};
 use evident::ingest::PdfReader;
 use evident::models::{TextEncoder, burn_device};
 use evident::retrieval::{LexicalIndex, MaxSimBackend, lexical_dir};
@@ -66,6 +68,18 @@ impl Context {
         Ok(match gpu {
             Some(ctx) => MaxSimBackend::Gpu(MaxSimKernel::new(ctx)?),
             None => MaxSimBackend::Cpu(MaxSimCpu::default()),
+        })
+    }
+
+    /// The configured generator: the embedded GGUF model or an OpenAI-compatible server.
+    pub fn generator(&self) -> Result<Box<dyn Generator>> {
+        Ok(match self.config.generator.backend {
+            GeneratorBackend::Openai => Box::new(RemoteGenerator::new(self.config.generator.openai.clone())),
+            GeneratorBackend::Embedded => {
+                let compute = burn_device(self.config.compute.backend);
+                let path = self.config.models_dir.join(&self.config.generator.model_file);
+                Box::new(EmbeddedGenerator::load(&path, &compute)?)
+            }
         })
     }
 

@@ -25,6 +25,8 @@ pub enum ModelError {
     Tokenizer(String),
     #[error("the model could not run: {0}")]
     Compute(String),
+    #[error(transparent)]
+    Gguf(#[from] super::gguf::GgufError),
 }
 
 /// The hyper-parameters that shape the network (from config.json).

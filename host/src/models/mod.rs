@@ -1,10 +1,15 @@
-//! Models: the embedded text encoder (burn), and the device it runs on.
+//! Models: the embedded text encoder and decoder (burn), and the device they run on.
 
 mod bert;
+mod chat;
 mod encoder;
+pub mod gguf;
+mod llama;
 
 pub use bert::{AttentionFn, Bert, BertConfig, ModelError, burn_attention, wgsl_attention};
+pub use chat::{ChatTokenizer, ChatTurn};
 pub use encoder::{MAX_WINDOW, TextEncoder, TokenVectors};
+pub use llama::{CausalAttentionFn, KvCache, Llama, LlamaConfig, LogitsFor, burn_causal_attention};
 
 use burn::prelude::Device;
 

@@ -1,0 +1,111 @@
+//! Text generation for the pipeline stages: the embedded SmolLM2 decoder and a client for an
+//! OpenAI-compatible server on the local network, behind one trait.
+
+mod embedded;
+mod remote;
+mod sampling;
+
+pub use embedded::EmbeddedGenerator;
+pub use remote::{RemoteConfig, RemoteGenerator};
+pub use sampling::{Sampler, SamplingParams};
+
+use thiserror::Error;
+
+use crate::models::{ChatTurn, ModelError};
+
+/// A page image sent along with a turn (PNG bytes), for models that take images.
+#[derive(Debug, Clone)]
+pub struct ImagePart {
+    pub png: Vec<u8>,
+}
+
+/// One message of a request: a chat turn and any page images attached to it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub turn: ChatTurn,
+    pub images: Vec<ImagePart>,
+}
+
+impl Message {
+    /// A text-only message.
+    pub fn text(role: &str, content: impl Into<String>) -> Message {
+        Message { turn: ChatTurn::new(role, content), images: Vec::new() }
+    }
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub messages: Vec<Message>,
+    /// Most new tokens.
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Generation stops before the first of these strings.
+    pub stop: Vec<String>,
+}
+
+impl GenerateRequest {
+    /// A greedy request for one user message.
+    pub fn user(prompt: impl Into<String>, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest { messages: vec![Message::text("user", prompt)], max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new() }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its turn or hit a stop string.
+    Stop,
+    /// The token limit was reached.
+    Length,
+}
+
+/// The generated text and what it cost.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Generation {
+    pub text: String,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub finish: FinishReason,
+}
+
+/// The log-probability of one choice given the prompt (sum over its tokens).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChoiceScore {
+    pub choice: String,
+    pub logprob: f32,
+}
+
+/// Why a generator failed.
+#[derive(Debug, Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("the prompt has {tokens} tokens, more than the model's context of {context}")]
+    PromptTooLong { tokens: usize, context: usize },
+    #[error("the generation server at {url} cannot be reached ({detail}); check generator.openai.base_url and that the server is running")]
+    Unreachable { url: String, detail: String },
+    #[error("the generation server at {url} did not answer within {seconds} s; raise generator.openai.timeout_s or check the server")]
+    Timeout { url: String, seconds: u64 },
+    #[error("the generation server answered {status}: {body}")]
+    Server { status: u16, body: String },
+    #[error("the generation server's answer could not be read: {0}")]
+    BadResponse(String),
+    #[error("the generation server does not return log-probabilities, so choices cannot be scored; use a server that supports `logprobs` (vLLM, llama.cpp) or the embedded model")]
+    NoLogprobs,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Free generation and cheap scoring of short choices.
+pub trait Generator: Send + Sync {
+    /// Generates a reply to `request`, handing each new piece of text to `on_text` as it comes.
+    fn generate(&self, request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError>;
+
+    /// The log-probability of each choice as the reply to `messages` (in the order given).
+    fn score_choices(&self, messages: &[Message], choices: &[String]) -> Result<Vec<ChoiceScore>, GenerateError>;
+
+    /// A short description (model and where it runs), for logs and traces.
+    fn describe(&self) -> String;
+}

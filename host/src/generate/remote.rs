@@ -1,0 +1,206 @@
+//! A client for an OpenAI-compatible `/v1/chat/completions` server on the local network
+//! (vLLM, SGLang, llama.cpp's server, Ollama).
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generation, Generator, Message};
+
+/// `[generator.openai]` in the configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// Up to and including `/v1`, e.g. `http://10.0.0.5:8000/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token when not empty.
+    pub api_key: String,
+    /// Whether the model takes images (page images go along as data URLs).
+    pub images: bool,
+    pub timeout_s: u64,
+    /// Further attempts after a failed connection, a timeout, a 429 or a 5xx.
+    pub retries: u32,
+}
+
+/// The remote generator.
+pub struct RemoteGenerator {
+    config: RemoteConfig,
+    agent: ureq::Agent,
+}
+
+impl RemoteGenerator {
+    /// A client for `config` (no request is made until one is needed).
+    pub fn new(config: RemoteConfig) -> RemoteGenerator {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(config.timeout_s.max(1))))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        RemoteGenerator { config, agent }
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'))
+    }
+
+    fn messages(&self, messages: &[Message]) -> Vec<Value> {
+        messages
+            .iter()
+            .map(|m| {
+                if m.images.is_empty() || !self.config.images {
+                    return json!({"role": m.turn.role, "content": m.turn.content});
+                }
+                let mut parts = vec![json!({"type": "text", "text": m.turn.content})];
+                for image in &m.images {
+                    let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&image.png));
+                    parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+                }
+                json!({"role": m.turn.role, "content": parts})
+            })
+            .collect()
+    }
+
+    /// Posts `body`, retrying with backoff what may pass (no connection, timeout, 429, 5xx).
+    fn post(&self, body: &Value) -> Result<ureq::http::Response<ureq::Body>, GenerateError> {
+        let url = self.url();
+        let text = body.to_string();
+        let mut attempt = 0;
+        loop {
+            let mut req = self.agent.post(&url).header("Content-Type", "application/json");
+            if !self.config.api_key.is_empty() {
+                req = req.header("Authorization", &format!("Bearer {}", self.config.api_key));
+            }
+            let err: GenerateError = match req.send(&text) {
+                Ok(resp) if resp.status().is_success() => return Ok(resp),
+                Ok(mut resp) => {
+                    let status = resp.status().as_u16();
+                    let body = resp.body_mut().read_to_string().unwrap_or_default();
+                    let body = body.chars().take(300).collect::<String>().trim().to_string();
+                    GenerateError::Server { status, body }
+                }
+                Err(ureq::Error::Timeout(_)) => GenerateError::Timeout { url: url.clone(), seconds: self.config.timeout_s },
+                Err(e) => GenerateError::Unreachable { url: url.clone(), detail: e.to_string() },
+            };
+            let passing = match &err {
+                GenerateError::Server { status, .. } => *status == 429 || *status >= 500,
+                GenerateError::Unreachable { .. } | GenerateError::Timeout { .. } => true,
+                _ => false,
+            };
+            if !passing || attempt >= self.config.retries {
+                return Err(err);
+            }
+            let wait = Duration::from_millis(250 * (1 << attempt.min(6)));
+            tracing::warn!("generation request failed ({err}); retrying in {wait:?}");
+            std::thread::sleep(wait);
+            attempt += 1;
+        }
+    }
+}
+
+fn read_json(resp: ureq::http::Response<ureq::Body>) -> Result<Value, GenerateError> {
+    let text = resp.into_body().read_to_string().map_err(|e| GenerateError::BadResponse(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| GenerateError::BadResponse(format!("not JSON ({e})")))
+}
+
+fn finish_of(value: &Value) -> Option<FinishReason> {
+    match value.as_str()? {
+        "length" => Some(FinishReason::Length),
+        _ => Some(FinishReason::Stop),
+    }
+}
+
+impl Generator for RemoteGenerator {
+    fn generate(&self, request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError> {
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": self.messages(&request.messages),
+            "max_tokens": request.max_tokens,
+            "temperature": request.sampling.temperature,
+            "top_p": request.sampling.top_p,
+            "seed": request.sampling.seed,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.stop.is_empty() {
+            body["stop"] = json!(request.stop);
+        }
+        let resp = self.post(&body)?;
+        let streamed = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+        if !streamed {
+            // Some servers ignore `stream`; take the whole answer.
+            let v = read_json(resp)?;
+            let text = v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string();
+            on_text(&text);
+            return Ok(Generation {
+                completion_tokens: v["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize,
+                prompt_tokens: v["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as usize,
+                finish: finish_of(&v["choices"][0]["finish_reason"]).unwrap_or(FinishReason::Stop),
+                text,
+            });
+        }
+        let reader = BufReader::new(resp.into_body().into_reader());
+        let mut generation = Generation { text: String::new(), prompt_tokens: 0, completion_tokens: 0, finish: FinishReason::Stop };
+        let mut chunks = 0;
+        for line in reader.lines() {
+            let line = line.map_err(|e| GenerateError::BadResponse(format!("the stream broke off: {e}")))?;
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
+            if data == "[DONE]" {
+                break;
+            }
+            let v: Value = serde_json::from_str(data).map_err(|e| GenerateError::BadResponse(format!("a stream event is not JSON ({e})")))?;
+            if let Some(piece) = v["choices"][0]["delta"]["content"].as_str().filter(|p| !p.is_empty()) {
+                on_text(piece);
+                generation.text.push_str(piece);
+                chunks += 1;
+            }
+            if let Some(finish) = finish_of(&v["choices"][0]["finish_reason"]) {
+                generation.finish = finish;
+            }
+            if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
+                generation.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0) as usize;
+                generation.completion_tokens = usage["completion_tokens"].as_u64().unwrap_or(0) as usize;
+            }
+        }
+        if generation.completion_tokens == 0 {
+            generation.completion_tokens = chunks;
+        }
+        Ok(generation)
+    }
+
+    fn score_choices(&self, messages: &[Message], choices: &[String]) -> Result<Vec<ChoiceScore>, GenerateError> {
+        let body = json!({
+            "model": self.config.model,
+            "messages": self.messages(messages),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": true,
+            "top_logprobs": 20,
+        });
+        let v = read_json(self.post(&body)?)?;
+        let top = v["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().filter(|t| !t.is_empty()).ok_or(GenerateError::NoLogprobs)?;
+        let listed: Vec<(String, f32)> =
+            top.iter().filter_map(|t| Some((t["token"].as_str()?.trim().to_lowercase(), t["logprob"].as_f64()? as f32))).collect();
+        // A choice the server did not list is less likely than everything it listed.
+        let floor = listed.iter().map(|t| t.1).fold(0.0f32, f32::min) - 1.0;
+        Ok(choices
+            .iter()
+            .map(|choice| {
+                let want = choice.trim().to_lowercase();
+                let logprob = listed
+                    .iter()
+                    .filter(|(tok, _)| !tok.is_empty() && (want == *tok || want.starts_with(tok.as_str())))
+                    .map(|t| t.1)
+                    .fold(f32::NEG_INFINITY, f32::max);
+                ChoiceScore { choice: choice.clone(), logprob: if logprob.is_finite() { logprob } else { floor } }
+            })
+            .collect())
+    }
+
+    fn describe(&self) -> String {
+        format!("{} at {} (OpenAI-compatible)", self.config.model, self.config.base_url)
+    }
+}

@@ -1,0 +1,282 @@
+//! A Llama-architecture decoder (SmolLM2's shape) in burn, with weights from a GGUF file.
+
+use burn::prelude::*;
+use burn::tensor::module as ops;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::activation;
+
+use super::ModelError;
+use super::gguf::{GgufError, GgufFile};
+
+/// The hyper-parameters that shape the network (from the GGUF metadata).
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    pub layers: usize,
+    pub dim: usize,
+    pub ffn_dim: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub vocab: usize,
+    pub context: usize,
+    pub rope_base: f64,
+    pub norm_eps: f64,
+}
+
+impl LlamaConfig {
+    fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, GgufError> {
+        let arch = file.string("general.architecture")?;
+        if arch != "llama" {
+            return Err(GgufError::Format(format!("the model's architecture is {arch}; Evident runs llama models")));
+        }
+        let n = |key: &str| -> Result<usize, GgufError> { Ok(file.int(&format!("llama.{key}"))?.max(0) as usize) };
+        let heads = n("attention.head_count")?;
+        let config = LlamaConfig {
+            layers: n("block_count")?,
+            dim: n("embedding_length")?,
+            ffn_dim: n("feed_forward_length")?,
+            heads,
+            kv_heads: n("attention.head_count_kv").unwrap_or(heads),
+            vocab: file.tensor("token_embd.weight")?.dims.get(1).copied().unwrap_or(0),
+            context: n("context_length")?,
+            rope_base: file.float("llama.rope.freq_base").unwrap_or(10_000.0),
+            norm_eps: file.float("llama.attention.layer_norm_rms_epsilon")?,
+        };
+        if config.heads == 0 || config.kv_heads == 0 || config.dim % config.heads != 0 || config.heads % config.kv_heads != 0 {
+            return Err(GgufError::Format(format!("inconsistent attention shape: {config:?}")));
+        }
+        Ok(config)
+    }
+
+    /// Width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.dim / self.heads
+    }
+}
+
+struct Layer {
+    attn_norm: Tensor<1>,
+    /// Linear weights as `[in, out]`.
+    wq: Tensor<2>,
+    wk: Tensor<2>,
+    wv: Tensor<2>,
+    wo: Tensor<2>,
+    ffn_norm: Tensor<1>,
+    gate: Tensor<2>,
+    up: Tensor<2>,
+    down: Tensor<2>,
+}
+
+/// Keys and values of the tokens seen so far, per layer (`[1, kv_heads, len, head_dim]`).
+/// Cloning is cheap (tensors are shared), which lets several continuations branch from one prompt.
+#[derive(Clone, Default)]
+pub struct KvCache {
+    layers: Vec<(Tensor<4>, Tensor<4>)>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Number of tokens cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Which positions' next-token logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsFor {
+    Last,
+    All,
+}
+
+/// How attention is computed: burn's op, or the fused WGSL kernel on the wgpu device.
+pub type CausalAttentionFn = dyn Fn(Tensor<4>, Tensor<4>, Tensor<4>) -> Tensor<4> + Send + Sync;
+
+/// The decoder on one burn device.
+pub struct Llama {
+    config: LlamaConfig,
+    embedding: Tensor<2>,
+    layers: Vec<Layer>,
+    output_norm: Tensor<1>,
+    /// `[dim, vocab]`
+    lm_head: Tensor<2>,
+    /// `[context, head_dim / 2]`
+    rope_cos: Tensor<2>,
+    rope_sin: Tensor<2>,
+    device: Device,
+}
+
+struct Loader<'a> {
+    file: &'a GgufFile,
+    device: Device,
+}
+
+impl Loader<'_> {
+    fn values(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let info = self.file.tensor(name)?;
+        if info.dims != expected {
+            return Err(ModelError::Config(format!("tensor {name} has shape {:?}, expected {expected:?}", info.dims)));
+        }
+        Ok(self.file.dequantize(name)?)
+    }
+
+    fn vector(&self, name: &str, n: usize) -> Result<Tensor<1>, ModelError> {
+        Ok(Tensor::from_data(TensorData::new(self.values(name, &[n])?, [n]), &self.device))
+    }
+
+    /// GGUF stores a linear map as `out` rows of `inp`; burn multiplies by `[in, out]`, laid
+    /// out contiguously here so no matmul has to deal with a strided operand.
+    fn linear(&self, name: &str, inp: usize, out: usize) -> Result<Tensor<2>, ModelError> {
+        let rows = self.values(name, &[inp, out])?;
+        Ok(Tensor::from_data(TensorData::new(transpose(&rows, out, inp), [inp, out]), &self.device))
+    }
+}
+
+fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; values.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = values[r * cols + c];
+        }
+    }
+    out
+}
+
+impl Llama {
+    /// Builds the network from a GGUF file onto `device`, dequantising every weight to f32.
+    pub fn load(file: &GgufFile, device: &Device) -> Result<Llama, ModelError> {
+        let config = LlamaConfig::from_gguf(file)?;
+        let w = Loader { file, device: device.clone() };
+        let (d, f, kv) = (config.dim, config.ffn_dim, config.kv_heads * config.head_dim());
+        let mut layers = Vec::with_capacity(config.layers);
+        for l in 0..config.layers {
+            let p = |name: &str| format!("blk.{l}.{name}.weight");
+            layers.push(Layer {
+                attn_norm: w.vector(&p("attn_norm"), d)?,
+                wq: w.linear(&p("attn_q"), d, d)?,
+                wk: w.linear(&p("attn_k"), d, kv)?,
+                wv: w.linear(&p("attn_v"), d, kv)?,
+                wo: w.linear(&p("attn_output"), d, d)?,
+                ffn_norm: w.vector(&p("ffn_norm"), d)?,
+                gate: w.linear(&p("ffn_gate"), d, f)?,
+                up: w.linear(&p("ffn_up"), d, f)?,
+                down: w.linear(&p("ffn_down"), f, d)?,
+            });
+        }
+        let table = w.values("token_embd.weight", &[d, config.vocab])?;
+        // Tied embeddings (SmolLM2) reuse the token table as the output projection.
+        let lm_head = if file.tensors.contains_key("output.weight") {
+            w.linear("output.weight", d, config.vocab)?
+        } else {
+            Tensor::from_data(TensorData::new(transpose(&table, config.vocab, d), [d, config.vocab]), device)
+        };
+        let (cos, sin) = rope_tables(config.context, config.head_dim(), config.rope_base);
+        let half = config.head_dim() / 2;
+        Ok(Llama {
+            embedding: Tensor::from_data(TensorData::new(table, [config.vocab, d]), device),
+            layers,
+            output_norm: w.vector("output_norm.weight", d)?,
+            lm_head,
+            rope_cos: Tensor::from_data(TensorData::new(cos, [config.context, half]), device),
+            rope_sin: Tensor::from_data(TensorData::new(sin, [config.context, half]), device),
+            device: device.clone(),
+            config,
+        })
+    }
+
+    /// The network's hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Runs `tokens` after those in `cache` (which grows by them) and returns next-token logits
+    /// `[positions, vocab]` for the last token or for every one of them.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor, attention: &CausalAttentionFn) -> Result<Tensor<2>, ModelError> {
+        let c = &self.config;
+        let (s, start) = (tokens.len(), cache.len);
+        if s == 0 {
+            return Err(ModelError::Compute("no tokens to run".into()));
+        }
+        if start + s > c.context {
+            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", start + s, c.context)));
+        }
+        let dev = &self.device;
+        let (hd, rep) = (c.head_dim(), c.heads / c.kv_heads);
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(tokens.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), [1, s]), dev);
+        let mut x = ops::embedding(self.embedding.clone(), ids);
+        let cos = self.rope_cos.clone().narrow(0, start, s).reshape([1, 1, s, hd / 2, 1]);
+        let sin = self.rope_sin.clone().narrow(0, start, s).reshape([1, 1, s, hd / 2, 1]);
+        let rope = |t: Tensor<4>| -> Tensor<4> {
+            let [b, h, _, _] = t.dims();
+            let pairs = t.reshape([b, h, s, hd / 2, 2]);
+            let (even, odd) = (pairs.clone().narrow(4, 0, 1), pairs.narrow(4, 1, 1));
+            let re = even.clone() * cos.clone() - odd.clone() * sin.clone();
+            let im = even * sin.clone() + odd * cos.clone();
+            Tensor::cat(vec![re, im], 4).reshape([b, h, s, hd])
+        };
+        let heads = |t: Tensor<3>, n: usize| t.reshape([1, s, n, hd]).swap_dims(1, 2);
+        let mut next = Vec::with_capacity(c.layers);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(x.clone(), &layer.attn_norm, c.norm_eps);
+            let q = rope(heads(ops::linear(h.clone(), layer.wq.clone(), None), c.heads));
+            let k = rope(heads(ops::linear(h.clone(), layer.wk.clone(), None), c.kv_heads));
+            let v = heads(ops::linear(h, layer.wv.clone(), None), c.kv_heads);
+            let (k, v) = match cache.layers.get(l) {
+                Some((pk, pv)) => (Tensor::cat(vec![pk.clone(), k], 2), Tensor::cat(vec![pv.clone(), v], 2)),
+                None => (k, v),
+            };
+            next.push((k.clone(), v.clone()));
+            let t = start + s;
+            let widen = |t4: Tensor<4>| {
+                if rep == 1 {
+                    return t4;
+                }
+                t4.reshape([1, c.kv_heads, 1, t, hd]).expand([1, c.kv_heads, rep, t, hd]).reshape([1, c.heads, t, hd])
+            };
+            let ctx = attention(q, widen(k), widen(v)).swap_dims(1, 2).reshape([1, s, c.dim]);
+            x = x + ops::linear(ctx, layer.wo.clone(), None);
+            let h = rms_norm(x.clone(), &layer.ffn_norm, c.norm_eps);
+            let gated = activation::silu(ops::linear(h.clone(), layer.gate.clone(), None)) * ops::linear(h, layer.up.clone(), None);
+            x = x + ops::linear(gated, layer.down.clone(), None);
+        }
+        cache.layers = next;
+        cache.len = start + s;
+        let x = match which {
+            LogitsFor::Last => x.narrow(1, s - 1, 1),
+            LogitsFor::All => x,
+        };
+        let n = x.dims()[1];
+        let x = rms_norm(x, &self.output_norm, c.norm_eps);
+        Ok(ops::linear(x, self.lm_head.clone(), None).reshape([n, c.vocab]))
+    }
+}
+
+fn rms_norm(x: Tensor<3>, weight: &Tensor<1>, eps: f64) -> Tensor<3> {
+    let scale = (x.clone().square().mean_dim(2) + eps).sqrt().recip();
+    x * scale * weight.clone().unsqueeze::<3>()
+}
+
+/// Rotation angles for llama.cpp's rope layout (adjacent pairs), which the GGUF converter
+/// arranges the query and key weights for.
+fn rope_tables(context: usize, head_dim: usize, base: f64) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let mut cos = Vec::with_capacity(context * half);
+    let mut sin = Vec::with_capacity(context * half);
+    for pos in 0..context {
+        for i in 0..half {
+            let angle = pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+    (cos, sin)
+}
+
+/// Burn's attention with a causal mask aligned to the last query (queries are the newest tokens).
+pub fn burn_causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+    ops::attention(q, k, v, None, None, AttentionModuleOptions { is_causal: true, ..Default::default() })
+}
