@@ -6,6 +6,7 @@ mod gpu;
 mod maxsim;
 mod maxsim_cpu;
 mod maxsim_gpu;
+mod quant_matvec;
 mod topk;
 
 pub use attention::{fused_attention, fused_attention_into};
@@ -13,4 +14,5 @@ pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};
 pub use maxsim_gpu::{DevicePages, MaxSimKernel};
+pub use quant_matvec::{BlockEncoding, CpuPath, QuantMatrix};
 pub use topk::top_k;

@@ -19,6 +19,25 @@ pub enum BenchCommand {
     Maxsim(BenchMaxsimArgs),
     /// Encoder throughput (tokens/s) beside sentence-transformers on the same texts.
     Encoder(BenchEncoderArgs),
+    /// Generator prompt and decode tokens/s on each backend, beside llama.cpp.
+    Generate(BenchGenerateArgs),
+}
+
+/// Arguments of `evident bench generate`.
+#[derive(Args)]
+pub struct BenchGenerateArgs {
+    /// Backends to measure.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,wgpu")]
+    backends: Vec<String>,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Tokens decoded after the prompt.
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    /// Python with llama-cpp-python for the reference (scripts/bench-generate.sh makes one).
+    #[arg(long)]
+    python: Option<PathBuf>,
 }
 
 /// Arguments of `evident bench encoder`.
@@ -72,6 +91,9 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Ingest(args) => bench_ingest(ctx, args),
         BenchCommand::Encoder(args) => bench_encoder(ctx, args),
+        BenchCommand::Generate(args) => {
+            super::bench_generate::run(ctx, &args.backends, args.prompt_tokens, args.decode_tokens, args.python.as_deref())
+        }
         BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python, args.no_gpu),
     }
 }

@@ -1,6 +1,7 @@
 //! Subcommands of the `evident` binary.
 
 pub mod bench;
+pub mod bench_generate;
 pub mod bench_maxsim;
 pub mod docs;
 pub mod eval;

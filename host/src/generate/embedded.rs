@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use crate::models::{CausalAttentionFn, ChatTokenizer, ChatTurn, ComputeDevice, KvCache, Llama, LogitsFor, ModelError, burn_causal_attention};
+use crate::models::{
+    CausalAttentionFn, ChatTokenizer, ChatTurn, ComputeDevice, KvCache, Llama, LogitsFor, ModelError, NativeDecoder, burn_causal_attention,
+};
 use crate::models::gguf::GgufFile;
 
 use super::sampling::{Sampler, log_prob};
@@ -11,6 +13,8 @@ use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generatio
 /// A GGUF decoder and its tokenizer on one burn device.
 pub struct EmbeddedGenerator {
     model: Llama,
+    /// Single-token steps on the CPU with quantised weights (None on wgpu).
+    native: Option<NativeDecoder>,
     tokenizer: ChatTokenizer,
     attention: Box<CausalAttentionFn>,
     name: String,
@@ -23,8 +27,9 @@ impl EmbeddedGenerator {
         let file = GgufFile::open(path)?;
         let tokenizer = ChatTokenizer::from_gguf(&file)?;
         let model = Llama::load(&file, &compute.device)?;
+        let native = if compute.wgpu { None } else { Some(NativeDecoder::load(&file, model.config())?) };
         let name = file.string("general.name").unwrap_or("model").to_string();
-        Ok(EmbeddedGenerator { model, tokenizer, attention: Box::new(burn_causal_attention), name, wgpu: compute.wgpu })
+        Ok(EmbeddedGenerator { model, native, tokenizer, attention: Box::new(burn_causal_attention), name, wgpu: compute.wgpu })
     }
 
     /// Replaces how attention is computed (the fused WGSL kernel on wgpu, for instance).
@@ -46,6 +51,9 @@ impl EmbeddedGenerator {
 
     /// Next-token logits after running `tokens` on top of `cache`: the last position's, or all.
     pub fn logits(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Vec<f32>, ModelError> {
+        if let (Some(native), [token]) = (&self.native, tokens) {
+            return native.step(*token, cache);
+        }
         let t = self.model.forward(tokens, cache, which, self.attention.as_ref())?;
         t.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))
     }

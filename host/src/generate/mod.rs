@@ -7,7 +7,7 @@ mod sampling;
 
 pub use embedded::EmbeddedGenerator;
 pub use remote::{RemoteConfig, RemoteGenerator};
-pub use sampling::{Sampler, SamplingParams};
+pub use sampling::{Sampler, SamplingParams, argmax as sampling_argmax};
 
 use thiserror::Error;
 

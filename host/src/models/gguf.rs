@@ -301,6 +301,11 @@ impl GgufFile {
         Ok(&self.bytes[range])
     }
 
+    /// A tensor's bytes as stored (whole blocks of its encoding).
+    pub fn raw_bytes(&self, name: &str) -> Result<&[u8], GgufError> {
+        self.raw(name, self.tensor(name)?)
+    }
+
     /// A tensor's elements as f32, in file order (row-major with rows of `dims[0]`).
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufError> {
         let info = self.tensor(name)?;

@@ -41,7 +41,7 @@ impl LlamaConfig {
             rope_base: file.float("llama.rope.freq_base").unwrap_or(10_000.0),
             norm_eps: file.float("llama.attention.layer_norm_rms_epsilon")?,
         };
-        if config.heads == 0 || config.kv_heads == 0 || config.dim % config.heads != 0 || config.heads % config.kv_heads != 0 {
+        if config.heads == 0 || config.kv_heads == 0 || !config.dim.is_multiple_of(config.heads) || !config.heads.is_multiple_of(config.kv_heads) {
             return Err(GgufError::Format(format!("inconsistent attention shape: {config:?}")));
         }
         Ok(config)
@@ -66,12 +66,25 @@ struct Layer {
     down: Tensor<2>,
 }
 
-/// Keys and values of the tokens seen so far, per layer (`[1, kv_heads, len, head_dim]`).
-/// Cloning is cheap (tensors are shared), which lets several continuations branch from one prompt.
+/// Keys and values of the tokens seen so far, per layer: as device tensors
+/// (`[1, kv_heads, len, head_dim]`) after a burn pass, or in host memory (`[len, kv_heads *
+/// head_dim]`) after a native CPU step; each side converts the other's form when it needs to.
+/// Cloning is cheap for device tensors, which lets continuations branch from one prompt.
 #[derive(Clone, Default)]
 pub struct KvCache {
-    layers: Vec<(Tensor<4>, Tensor<4>)>,
-    len: usize,
+    pub(super) state: KvState,
+    pub(super) len: usize,
+}
+
+/// One layer's keys and values in host memory, `[len, kv_heads * head_dim]` each.
+pub(super) type HostLayerKv = (Vec<f32>, Vec<f32>);
+
+#[derive(Clone, Default)]
+pub(super) enum KvState {
+    #[default]
+    Empty,
+    Device(Vec<(Tensor<4>, Tensor<4>)>),
+    Host(Vec<HostLayerKv>),
 }
 
 impl KvCache {
@@ -83,6 +96,33 @@ impl KvCache {
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The cache as device tensors (converting host vectors), leaving it empty.
+    fn take_device(&mut self, device: &Device, kv_heads: usize, head_dim: usize) -> Vec<(Tensor<4>, Tensor<4>)> {
+        let len = self.len;
+        match std::mem::take(&mut self.state) {
+            KvState::Empty => Vec::new(),
+            KvState::Device(layers) => layers,
+            KvState::Host(layers) => {
+                let to = |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [1, len, kv_heads, head_dim]), device).swap_dims(1, 2);
+                layers.into_iter().map(|(k, v)| (to(k), to(v))).collect()
+            }
+        }
+    }
+
+    /// The cache as host vectors (reading device tensors back), leaving it empty.
+    pub(super) fn take_host(&mut self) -> Result<Vec<HostLayerKv>, ModelError> {
+        match std::mem::take(&mut self.state) {
+            KvState::Empty => Ok(Vec::new()),
+            KvState::Host(layers) => Ok(layers),
+            KvState::Device(layers) => {
+                let back = |t: Tensor<4>| {
+                    t.swap_dims(1, 2).into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))
+                };
+                layers.into_iter().map(|(k, v)| Ok((back(k)?, back(v)?))).collect()
+            }
+        }
     }
 }
 
@@ -219,13 +259,14 @@ impl Llama {
             Tensor::cat(vec![re, im], 4).reshape([b, h, s, hd])
         };
         let heads = |t: Tensor<3>, n: usize| t.reshape([1, s, n, hd]).swap_dims(1, 2);
+        let past = cache.take_device(dev, c.kv_heads, hd);
         let mut next = Vec::with_capacity(c.layers);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(x.clone(), &layer.attn_norm, c.norm_eps);
             let q = rope(heads(ops::linear(h.clone(), layer.wq.clone(), None), c.heads));
             let k = rope(heads(ops::linear(h.clone(), layer.wk.clone(), None), c.kv_heads));
             let v = heads(ops::linear(h, layer.wv.clone(), None), c.kv_heads);
-            let (k, v) = match cache.layers.get(l) {
+            let (k, v) = match past.get(l) {
                 Some((pk, pv)) => (Tensor::cat(vec![pk.clone(), k], 2), Tensor::cat(vec![pv.clone(), v], 2)),
                 None => (k, v),
             };
@@ -243,7 +284,7 @@ impl Llama {
             let gated = activation::silu(ops::linear(h.clone(), layer.gate.clone(), None)) * ops::linear(h, layer.up.clone(), None);
             x = x + ops::linear(gated, layer.down.clone(), None);
         }
-        cache.layers = next;
+        cache.state = KvState::Device(next);
         cache.len = start + s;
         let x = match which {
             LogitsFor::Last => x.narrow(1, s - 1, 1),

@@ -5,11 +5,13 @@ mod chat;
 mod encoder;
 pub mod gguf;
 mod llama;
+mod llama_native;
 
 pub use bert::{AttentionFn, Bert, BertConfig, ModelError, burn_attention, wgsl_attention};
 pub use chat::{ChatTokenizer, ChatTurn};
 pub use encoder::{MAX_WINDOW, TextEncoder, TokenVectors};
 pub use llama::{CausalAttentionFn, KvCache, Llama, LlamaConfig, LogitsFor, burn_causal_attention};
+pub use llama_native::NativeDecoder;
 
 use burn::prelude::Device;
 

@@ -1,0 +1,105 @@
+//! `evident bench generate`: prompt and decode speed of the embedded generator on each backend,
+//! beside llama.cpp (llama-cpp-python) on the same GGUF and the same prompt tokens.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, bail};
+use evident::generate::{EmbeddedGenerator, sampling_argmax};
+use evident::models::{ComputeDevice, KvCache, LogitsFor};
+
+use super::Context;
+
+/// Text the prompt is cut from: plain filing prose, as stages will send.
+const PROSE: &str = "The Company's revenue increased in fiscal 2023 compared with the prior year, driven by higher \
+volumes in the Americas and favourable pricing across most segments, partly offset by unfavourable foreign \
+exchange. Operating margin declined by 40 basis points as input costs rose and the Company continued to invest \
+in manufacturing capacity, digital capabilities and its distribution network. Net cash provided by operating \
+activities was sufficient to fund capital expenditures, dividends and share repurchases. ";
+
+struct Row {
+    engine: String,
+    prompt_tps: f64,
+    decode_tps: f64,
+    peak_mib: f64,
+}
+
+/// Measures each backend (and llama.cpp when `python` has llama_cpp) and prints a table.
+pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_tokens: usize, python: Option<&Path>) -> Result<ExitCode> {
+    let path = ctx.config.models_dir.join(&ctx.config.generator.model_file);
+    let mut rows = Vec::new();
+    let mut prompt_ids = Vec::new();
+    for backend in backends {
+        let compute = match backend.as_str() {
+            "cpu" => ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false },
+            "wgpu" => ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true },
+            other => bail!("unknown backend {other}; use cpu or wgpu"),
+        };
+        let generator = EmbeddedGenerator::load(&path, &compute).with_context(|| format!("loading {}", path.display()))?;
+        if prompt_ids.is_empty() {
+            let text = PROSE.repeat(prompt_tokens / 60 + 2);
+            prompt_ids = generator.tokenizer().encode(&text)?;
+            prompt_ids.truncate(prompt_tokens);
+        }
+        // One warm-up pass compiles kernels and fills caches.
+        measure(&generator, &prompt_ids[..prompt_ids.len().min(16)], 2)?;
+        let (prompt_s, decode_s) = measure(&generator, &prompt_ids, decode_tokens)?;
+        rows.push(Row {
+            engine: format!("evident {backend}"),
+            prompt_tps: prompt_ids.len() as f64 / prompt_s,
+            decode_tps: decode_tokens as f64 / decode_s,
+            peak_mib: peak_rss_mib(),
+        });
+    }
+    if let Some(python) = python {
+        let out = Command::new(python)
+            .arg("benches/generate_llamacpp.py")
+            .arg(&path)
+            .arg(prompt_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+            .arg(decode_tokens.to_string())
+            .output()
+            .context("running benches/generate_llamacpp.py")?;
+        if !out.status.success() {
+            bail!("the llama.cpp reference failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("the llama.cpp reference printed no JSON")?;
+        rows.push(Row {
+            engine: format!("llama.cpp {} (llama-cpp-python)", v["version"].as_str().unwrap_or("?")),
+            prompt_tps: v["prompt_tps"].as_f64().unwrap_or(0.0),
+            decode_tps: v["decode_tps"].as_f64().unwrap_or(0.0),
+            peak_mib: v["peak_mib"].as_f64().unwrap_or(0.0),
+        });
+    }
+    println!("SmolLM2-135M-Instruct Q4_1, prompt {} tokens, decode {decode_tokens} tokens (greedy)", prompt_ids.len());
+    println!("{:<40} {:>12} {:>12} {:>14}", "engine", "prompt tok/s", "decode tok/s", "peak RSS MiB");
+    for r in rows {
+        println!("{:<40} {:>12.1} {:>12.1} {:>14.0}", r.engine, r.prompt_tps, r.decode_tps, r.peak_mib);
+    }
+    println!("(peak RSS is the process's high-water mark so far: later rows include earlier ones)");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Seconds for the prompt pass, and for `decode` single-token steps after it.
+fn measure(generator: &EmbeddedGenerator, prompt: &[u32], decode: usize) -> Result<(f64, f64)> {
+    let mut cache = KvCache::default();
+    let started = Instant::now();
+    let mut logits = generator.logits(prompt, &mut cache, LogitsFor::Last)?;
+    let prompt_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for _ in 0..decode {
+        let next = sampling_argmax(&logits);
+        logits = generator.logits(&[next], &mut cache, LogitsFor::Last)?;
+    }
+    Ok((prompt_s, started.elapsed().as_secs_f64()))
+}
+
+/// The process's peak resident memory (VmHWM), in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}

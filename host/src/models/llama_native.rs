@@ -1,0 +1,178 @@
+//! One-token decoding steps of the Llama decoder on the CPU, with the weights left quantised.
+//!
+//! Burn runs the prompt (matrix products, where its CPU backend is fast) and every step on a
+//! GPU. A single new token on the CPU is different: each weight is read once, so the step costs
+//! what the weights weigh, and f32 weights are six times Q4_1's. This path reads the GGUF blocks
+//! directly; it computes the same network as `Llama::forward`, which the tests check.
+
+use evident_kernels::{BlockEncoding, QuantMatrix};
+
+use super::ModelError;
+use super::gguf::{GgufError, GgufFile, TensorEncoding};
+use super::llama::{KvCache, KvState, LlamaConfig};
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    /// Query, key and value rows stacked: one product per step instead of three.
+    qkv: QuantMatrix,
+    wo: QuantMatrix,
+    ffn_norm: Vec<f32>,
+    /// Gate and up rows stacked.
+    gate_up: QuantMatrix,
+    down: QuantMatrix,
+}
+
+/// The decoder's weights in their stored encoding, for single-token CPU steps.
+pub struct NativeDecoder {
+    config: LlamaConfig,
+    embedding: QuantMatrix,
+    layers: Vec<Layer>,
+    output_norm: Vec<f32>,
+    lm_head: QuantMatrix,
+    inv_freq: Vec<f64>,
+}
+
+/// The `[rows, cols]` matrix `name`, in its stored encoding where the kernels have a fast path.
+fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<QuantMatrix, GgufError> {
+    let info = file.tensor(name)?;
+    if info.dims != [cols, rows] {
+        return Err(GgufError::Format(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", info.dims)));
+    }
+    let encoding = match info.encoding {
+        TensorEncoding::Q4_0 => Some(BlockEncoding::Q4_0),
+        TensorEncoding::Q4_1 => Some(BlockEncoding::Q4_1),
+        TensorEncoding::Q8_0 => Some(BlockEncoding::Q8_0),
+        _ => None,
+    };
+    let built = match encoding {
+        Some(e) => QuantMatrix::from_gguf_blocks(e, rows, cols, file.raw_bytes(name)?),
+        None => QuantMatrix::from_f32(rows, cols, file.dequantize(name)?),
+    };
+    built.map_err(|e| GgufError::Format(format!("tensor {name}: {e}")))
+}
+
+impl NativeDecoder {
+    /// Reads the weights of `config`'s network from `file`, keeping their encoding.
+    pub fn load(file: &GgufFile, config: &LlamaConfig) -> Result<NativeDecoder, ModelError> {
+        let c = config;
+        let (d, f, kv) = (c.dim, c.ffn_dim, c.kv_heads * c.head_dim());
+        let matrix = |name: &str, rows, cols| matrix(file, name, rows, cols);
+        let mut layers = Vec::with_capacity(c.layers);
+        for l in 0..c.layers {
+            let p = |name: &str| format!("blk.{l}.{name}.weight");
+            let stack = |parts: &[QuantMatrix]| QuantMatrix::stack(parts).map_err(|e| ModelError::Config(format!("layer {l}: {e}")));
+            layers.push(Layer {
+                attn_norm: file.dequantize(&p("attn_norm"))?,
+                qkv: stack(&[matrix(&p("attn_q"), d, d)?, matrix(&p("attn_k"), kv, d)?, matrix(&p("attn_v"), kv, d)?])?,
+                wo: matrix(&p("attn_output"), d, d)?,
+                ffn_norm: file.dequantize(&p("ffn_norm"))?,
+                gate_up: stack(&[matrix(&p("ffn_gate"), f, d)?, matrix(&p("ffn_up"), f, d)?])?,
+                down: matrix(&p("ffn_down"), d, f)?,
+            });
+        }
+        let head = if file.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
+        let hd = c.head_dim();
+        Ok(NativeDecoder {
+            embedding: matrix("token_embd.weight", c.vocab, d)?,
+            lm_head: matrix(head, c.vocab, d)?,
+            layers,
+            output_norm: file.dequantize("output_norm.weight")?,
+            inv_freq: (0..hd / 2).map(|i| c.rope_base.powf(-2.0 * i as f64 / hd as f64)).collect(),
+            config: config.clone(),
+        })
+    }
+
+    /// Runs one token after those in `cache` (which grows by it) and returns its next-token logits.
+    pub fn step(&self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, ModelError> {
+        let c = &self.config;
+        let pos = cache.len;
+        if pos + 1 > c.context {
+            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", pos + 1, c.context)));
+        }
+        if token as usize >= c.vocab {
+            return Err(ModelError::Compute(format!("token {token} is outside the vocabulary")));
+        }
+        let mut kv = cache.take_host()?;
+        if kv.is_empty() {
+            kv = (0..c.layers).map(|_| (Vec::new(), Vec::new())).collect();
+        }
+        let (hd, rep) = (c.head_dim(), c.heads / c.kv_heads);
+        let kv_dim = c.kv_heads * hd;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (cos, sin): (Vec<f32>, Vec<f32>) =
+            self.inv_freq.iter().map(|f| ((pos as f64 * f).cos() as f32, (pos as f64 * f).sin() as f32)).unzip();
+        let rope = |v: &mut [f32]| {
+            for head in v.chunks_exact_mut(hd) {
+                for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+                    let (a, b) = (pair[0], pair[1]);
+                    pair[0] = a * cos[i] - b * sin[i];
+                    pair[1] = a * sin[i] + b * cos[i];
+                }
+            }
+        };
+        let mut x = self.embedding.row(token as usize);
+        let mut h = vec![0.0; c.dim];
+        let mut qkv = vec![0.0; c.dim + 2 * kv_dim];
+        let mut ctx = vec![0.0; c.dim];
+        let mut proj = vec![0.0; c.dim];
+        let mut gate_up = vec![0.0; 2 * c.ffn_dim];
+        let t = pos + 1;
+        let mut scores = vec![0.0f32; t];
+        for (layer, (ck, cv)) in self.layers.iter().zip(kv.iter_mut()) {
+            rms_norm(&x, &layer.attn_norm, c.norm_eps, &mut h);
+            layer.qkv.matvec(&h, &mut qkv);
+            let (q, kv_new) = qkv.split_at_mut(c.dim);
+            let (k, v) = kv_new.split_at_mut(kv_dim);
+            rope(q);
+            rope(k);
+            ck.extend_from_slice(k);
+            cv.extend_from_slice(v);
+            for head in 0..c.heads {
+                let kvh = head / rep;
+                let qh = &q[head * hd..(head + 1) * hd];
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let kj = &ck[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
+                    *s = qh.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
+                }
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut total = 0.0;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    total += *s;
+                }
+                let out = &mut ctx[head * hd..(head + 1) * hd];
+                out.fill(0.0);
+                for (j, p) in scores.iter().enumerate() {
+                    let vj = &cv[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
+                    for (o, vv) in out.iter_mut().zip(vj) {
+                        *o += p / total * vv;
+                    }
+                }
+            }
+            layer.wo.matvec(&ctx, &mut proj);
+            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+            rms_norm(&x, &layer.ffn_norm, c.norm_eps, &mut h);
+            layer.gate_up.matvec(&h, &mut gate_up);
+            let (gate, up) = gate_up.split_at_mut(c.ffn_dim);
+            for (g, u) in gate.iter_mut().zip(up.iter()) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            layer.down.matvec(gate, &mut proj);
+            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+        }
+        cache.state = KvState::Host(kv);
+        cache.len = t;
+        rms_norm(&x, &self.output_norm, c.norm_eps, &mut h);
+        let mut logits = vec![0.0; c.vocab];
+        self.lm_head.matvec(&h, &mut logits);
+        Ok(logits)
+    }
+}
+
+fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
+    let mean = x.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / x.len() as f64;
+    let scale = (1.0 / (mean + eps).sqrt()) as f32;
+    for ((o, v), w) in out.iter_mut().zip(x).zip(weight) {
+        *o = v * scale * w;
+    }
+}
