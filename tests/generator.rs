@@ -147,3 +147,29 @@ fn generate_command_streams_an_answer_and_scores_choices() {
     let again = app.ok(&["generate", "Name a colour.", "--temperature", "0.9", "--seed", "11", "--max-tokens", "12"]);
     assert_eq!(sampled, again, "a seed repeats a sampled run");
 }
+
+#[test]
+fn native_cpu_steps_equal_burn_steps_and_caches_convert_both_ways() {
+    use evident::models::gguf::GgufFile;
+    use evident::models::{Llama, NativeDecoder, burn_causal_attention};
+    let file = GgufFile::open(&model_path()).expect("reads");
+    let burn_model = Llama::load(&file, &cpu().device).expect("loads");
+    let native = NativeDecoder::load(&file, burn_model.config()).expect("loads");
+    let prompt = ids(&reference()["greedy"][1]["prompt_ids"]);
+    let rows = |t: burn::prelude::Tensor<2>| t.into_data().try_into_vec::<f32>().expect("read back");
+    let mut burn_cache = KvCache::default();
+    burn_model.forward(&prompt, &mut burn_cache, LogitsFor::Last, &burn_causal_attention).expect("prompt");
+    let mut native_cache = burn_cache.clone();
+    // Three steps: the native cache starts as burn's tensors, then burn reads the native one back.
+    for (step, token) in [504u32, 2365, 6354].into_iter().enumerate() {
+        let want = rows(burn_model.forward(&[token], &mut burn_cache, LogitsFor::Last, &burn_causal_attention).expect("burn step"));
+        let got = if step == 1 {
+            rows(burn_model.forward(&[token], &mut native_cache, LogitsFor::Last, &burn_causal_attention).expect("burn on a host cache"))
+        } else {
+            native.step(token, &mut native_cache).expect("native step")
+        };
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-3, "step {step}: logits differ by {worst}");
+        assert_eq!(native_cache.len(), burn_cache.len());
+    }
+}

@@ -37,20 +37,53 @@ impl KernelSource for AttentionSource {
 /// key padding mask (`[batch, seq]`, 1 for real tokens), scale 1/sqrt(head_dim). The tensors
 /// must live on burn's wgpu device.
 pub fn fused_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<2>) -> Result<Tensor<4>, GpuError> {
-    launch(q, k, v, mask, None)
+    launch(q, k, v, Masking::Padding(mask), None)
 }
 
 /// As [`fused_attention`], writing into the buffer of `out` (same shape as `q`). Tests hand
 /// it a tensor full of NaN, so that a value the kernel failed to write cannot pass.
 pub fn fused_attention_into(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<2>, out: Tensor<4>) -> Result<Tensor<4>, GpuError> {
-    launch(q, k, v, mask, Some(out))
+    launch(q, k, v, Masking::Padding(mask), Some(out))
 }
 
-fn launch(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<2>, out: Option<Tensor<4>>) -> Result<Tensor<4>, GpuError> {
+/// Causal attention for a decoder: `q` is `[batch, heads, q_len, head_dim]` (the newest tokens),
+/// `k` and `v` are `[batch, kv_heads, kv_len, head_dim]` with `kv_len >= q_len` and `heads` a
+/// multiple of `kv_heads` (grouped-query attention: query head h reads key/value head
+/// h / (heads / kv_heads)). Query i sees keys up to i + kv_len - q_len.
+pub fn fused_causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Result<Tensor<4>, GpuError> {
+    launch(q, k, v, Masking::Causal, None)
+}
+
+/// As [`fused_causal_attention`], writing into the buffer of `out` (same shape as `q`).
+pub fn fused_causal_attention_into(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, out: Tensor<4>) -> Result<Tensor<4>, GpuError> {
+    launch(q, k, v, Masking::Causal, Some(out))
+}
+
+enum Masking {
+    Padding(Tensor<2>),
+    Causal,
+}
+
+fn launch(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, masking: Masking, out: Option<Tensor<4>>) -> Result<Tensor<4>, GpuError> {
     let [batch, heads, seq, head_dim] = q.dims();
-    if k.dims() != q.dims() || v.dims() != q.dims() || mask.dims() != [batch, seq] {
+    let [kb, kv_heads, kv_len, kd] = k.dims();
+    let shape_ok = kb == batch
+        && kd == head_dim
+        && v.dims() == k.dims()
+        && kv_heads > 0
+        && heads.is_multiple_of(kv_heads)
+        && match &masking {
+            Masking::Padding(mask) => kv_heads == heads && kv_len == seq && mask.dims() == [batch, seq],
+            Masking::Causal => kv_len >= seq,
+        };
+    if !shape_ok {
         return Err(GpuError::Unsupported("attention inputs disagree in shape".into()));
     }
+    let (mask, use_mask, causal) = match masking {
+        Masking::Padding(mask) => (mask, 1u32, 0u32),
+        // The binding must hold something; the kernel does not read it.
+        Masking::Causal => (Tensor::<2>::ones([1, 1], &q.device()), 0, 1),
+    };
     let prim = |t: Tensor<4>| {
         t.try_into_primitive::<Cube>()
             .map(into_contiguous)
@@ -66,7 +99,7 @@ fn launch(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<2>, out: Option
     let groups_x = groups.min(MAX_GROUPS_X);
     let groups_y = groups.div_ceil(groups_x);
     let scale = 1.0f32 / (head_dim as f32).sqrt();
-    let info = [batch as u32, heads as u32, seq as u32, scale.to_bits(), groups_x];
+    let info = [batch as u32, heads as u32, seq as u32, scale.to_bits(), groups_x, kv_heads as u32, kv_len as u32, use_mask, causal];
     let client = q.client.clone();
     let out_len = batch * heads * seq * head_dim;
     let out = match out {

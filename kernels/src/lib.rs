@@ -9,7 +9,7 @@ mod maxsim_gpu;
 mod quant_matvec;
 mod topk;
 
-pub use attention::{fused_attention, fused_attention_into};
+pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};

@@ -4,7 +4,8 @@
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::attention;
-use evident_kernels::fused_attention_into;
+use burn::tensor::ops::AttentionModuleOptions;
+use evident_kernels::{fused_attention_into, fused_causal_attention_into};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn check(batch: usize, heads: usize, seq: usize, head_dim: usize, seed: u64) {
@@ -36,4 +37,43 @@ fn matches_burns_attention_on_odd_shapes() {
     check(2, 12, 129, 32, 3);
     check(4, 3, 17, 7, 4);
     check(1, 2, 256, 64, 5);
+}
+
+/// Causal grouped-query attention against burn's causal attention on key/value heads repeated
+/// to the query heads' count.
+fn check_causal(batch: usize, heads: usize, kv_heads: usize, q_len: usize, kv_len: usize, head_dim: usize) {
+    let dev = Device::wgpu(DeviceKind::DefaultDevice);
+    let rand = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
+    let q = rand([batch, heads, q_len, head_dim]);
+    let (k, v) = (rand([batch, kv_heads, kv_len, head_dim]), rand([batch, kv_heads, kv_len, head_dim]));
+    let noise = Tensor::<4>::full([batch, heads, q_len, head_dim], f32::NAN, &dev);
+    let got = fused_causal_attention_into(q.clone(), k.clone(), v.clone(), noise).expect("kernel runs");
+    let rep = heads / kv_heads;
+    let widen = |t: Tensor<4>| {
+        t.reshape([batch, kv_heads, 1, kv_len, head_dim]).expand([batch, kv_heads, rep, kv_len, head_dim]).reshape([batch, heads, kv_len, head_dim])
+    };
+    let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+    let want = attention(q, widen(k), widen(v), None, None, options);
+    let got: Vec<f32> = got.into_data().try_into_vec::<f32>().expect("read back");
+    let want: Vec<f32> = want.into_data().try_into_vec::<f32>().expect("read back");
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) });
+    assert!(worst < 1e-4, "causal [{batch}, {heads}/{kv_heads}, {q_len}x{kv_len}, {head_dim}]: differs from burn's attention by {worst}");
+}
+
+#[test]
+fn causal_grouped_query_attention_matches_burn() {
+    check_causal(1, 9, 3, 1, 37, 64);
+    check_causal(1, 9, 3, 23, 23, 64);
+    check_causal(2, 4, 4, 13, 13, 7);
+    check_causal(1, 6, 2, 5, 200, 32);
+    check_causal(3, 2, 1, 1, 1, 16);
+}
+
+#[test]
+fn mismatched_shapes_are_refused() {
+    let dev = Device::wgpu(DeviceKind::DefaultDevice);
+    let t = |shape: [usize; 4]| Tensor::<4>::zeros(shape, &dev);
+    let out = t([1, 4, 5, 8]);
+    assert!(fused_causal_attention_into(t([1, 4, 5, 8]), t([1, 3, 5, 8]), t([1, 3, 5, 8]), out.clone()).is_err(), "4 heads over 3 kv heads");
+    assert!(fused_causal_attention_into(t([1, 4, 5, 8]), t([1, 2, 4, 8]), t([1, 2, 4, 8]), out).is_err(), "fewer keys than queries");
 }

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use crate::models::{
     CausalAttentionFn, ChatTokenizer, ChatTurn, ComputeDevice, KvCache, Llama, LogitsFor, ModelError, NativeDecoder, burn_causal_attention,
+    wgsl_causal_attention,
 };
 use crate::models::gguf::GgufFile;
 
@@ -29,7 +30,9 @@ impl EmbeddedGenerator {
         let model = Llama::load(&file, &compute.device)?;
         let native = if compute.wgpu { None } else { Some(NativeDecoder::load(&file, model.config())?) };
         let name = file.string("general.name").unwrap_or("model").to_string();
-        Ok(EmbeddedGenerator { model, native, tokenizer, attention: Box::new(burn_causal_attention), name, wgpu: compute.wgpu })
+        // On wgpu attention runs through the WGSL kernel; on the CPU burn's own op is the fast one.
+        let attention: Box<CausalAttentionFn> = if compute.wgpu { Box::new(wgsl_causal_attention) } else { Box::new(burn_causal_attention) };
+        Ok(EmbeddedGenerator { model, native, tokenizer, attention, name, wgpu: compute.wgpu })
     }
 
     /// Replaces how attention is computed (the fused WGSL kernel on wgpu, for instance).

@@ -133,7 +133,8 @@ pub enum LogitsFor {
     All,
 }
 
-/// How attention is computed: burn's op, or the fused WGSL kernel on the wgpu device.
+/// How attention is computed: burn's op, or the fused WGSL kernel on the wgpu device. It gets
+/// queries `[1, heads, new, head_dim]` and keys and values `[1, kv_heads, all, head_dim]`.
 pub type CausalAttentionFn = dyn Fn(Tensor<4>, Tensor<4>, Tensor<4>) -> Tensor<4> + Send + Sync;
 
 /// The decoder on one burn device.
@@ -245,7 +246,7 @@ impl Llama {
             return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", start + s, c.context)));
         }
         let dev = &self.device;
-        let (hd, rep) = (c.head_dim(), c.heads / c.kv_heads);
+        let hd = c.head_dim();
         let ids = Tensor::<2, Int>::from_data(TensorData::new(tokens.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), [1, s]), dev);
         let mut x = ops::embedding(self.embedding.clone(), ids);
         let cos = self.rope_cos.clone().narrow(0, start, s).reshape([1, 1, s, hd / 2, 1]);
@@ -271,14 +272,7 @@ impl Llama {
                 None => (k, v),
             };
             next.push((k.clone(), v.clone()));
-            let t = start + s;
-            let widen = |t4: Tensor<4>| {
-                if rep == 1 {
-                    return t4;
-                }
-                t4.reshape([1, c.kv_heads, 1, t, hd]).expand([1, c.kv_heads, rep, t, hd]).reshape([1, c.heads, t, hd])
-            };
-            let ctx = attention(q, widen(k), widen(v)).swap_dims(1, 2).reshape([1, s, c.dim]);
+            let ctx = attention(q, k, v).swap_dims(1, 2).reshape([1, s, c.dim]);
             x = x + ops::linear(ctx, layer.wo.clone(), None);
             let h = rms_norm(x.clone(), &layer.ffn_norm, c.norm_eps);
             let gated = activation::silu(ops::linear(h.clone(), layer.gate.clone(), None)) * ops::linear(h, layer.up.clone(), None);
@@ -317,7 +311,28 @@ fn rope_tables(context: usize, head_dim: usize, base: f64) -> (Vec<f32>, Vec<f32
     (cos, sin)
 }
 
-/// Burn's attention with a causal mask aligned to the last query (queries are the newest tokens).
+/// Burn's attention with a causal mask aligned to the last query (queries are the newest
+/// tokens), key and value heads repeated to the query heads' count.
 pub fn burn_causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
-    ops::attention(q, k, v, None, None, AttentionModuleOptions { is_causal: true, ..Default::default() })
+    let [b, heads, _, hd] = q.dims();
+    let [_, kv_heads, t, _] = k.dims();
+    let rep = heads / kv_heads.max(1);
+    let widen = |x: Tensor<4>| {
+        if rep == 1 {
+            return x;
+        }
+        x.reshape([b, kv_heads, 1, t, hd]).expand([b, kv_heads, rep, t, hd]).reshape([b, heads, t, hd])
+    };
+    ops::attention(q, widen(k), widen(v), None, None, AttentionModuleOptions { is_causal: true, ..Default::default() })
+}
+
+/// The fused WGSL kernel (grouped-query, causal; burn's wgpu device only, else burn's op).
+pub fn wgsl_causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+    match evident_kernels::fused_causal_attention(q.clone(), k.clone(), v.clone()) {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::warn!("falling back to burn's attention: {e}");
+            burn_causal_attention(q, k, v)
+        }
+    }
 }

@@ -10,7 +10,7 @@ mod llama_native;
 pub use bert::{AttentionFn, Bert, BertConfig, ModelError, burn_attention, wgsl_attention};
 pub use chat::{ChatTokenizer, ChatTurn};
 pub use encoder::{MAX_WINDOW, TextEncoder, TokenVectors};
-pub use llama::{CausalAttentionFn, KvCache, Llama, LlamaConfig, LogitsFor, burn_causal_attention};
+pub use llama::{CausalAttentionFn, KvCache, Llama, LlamaConfig, LogitsFor, burn_causal_attention, wgsl_causal_attention};
 pub use llama_native::NativeDecoder;
 
 use burn::prelude::Device;
