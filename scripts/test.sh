@@ -8,4 +8,7 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "$XDG_RUNTIME_DIR" ]; then
   export XDG_RUNTIME_DIR=$(mktemp -d)
   chmod 700 "$XDG_RUNTIME_DIR"
 fi
+# Stage plugins: their logic natively, then the components the end-to-end tests load.
+cargo test --locked --manifest-path plugins/Cargo.toml
+bash scripts/build-plugins.sh >/dev/null
 cargo test --workspace --locked "$@"

@@ -40,6 +40,21 @@ pub struct ApplianceConfig {
     pub server: ServerConfig,
     pub ingest: IngestConfig,
     pub generator: GeneratorConfig,
+    pub plugins: PluginsConfig,
+}
+
+/// `[plugins]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Where the built stage components are (`<name>.wasm`).
+    pub dir: PathBuf,
+    /// Where the profiles are (`<name>.toml`).
+    pub profiles_dir: PathBuf,
+    /// The profile a question uses when it names none.
+    pub default_profile: String,
+    /// What each stage call may use (`[plugins.limits]`).
+    pub limits: crate::plugins::StageLimits,
 }
 
 /// Which generator answers: the embedded model or an OpenAI-compatible server.

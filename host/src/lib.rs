@@ -4,5 +4,7 @@ pub mod config;
 pub mod generate;
 pub mod ingest;
 pub mod models;
+pub mod pipeline;
+pub mod plugins;
 pub mod retrieval;
 pub mod store;

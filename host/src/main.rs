@@ -39,6 +39,11 @@ enum Command {
     Search(cli::search::SearchArgs),
     /// Measure retrieval (Recall, NDCG, MRR at K) on a benchmark's questions.
     Eval(cli::eval::EvalArgs),
+    /// Answer a question with a profile's pipeline, citing document, page and region.
+    Ask(cli::ask::AskArgs),
+    /// Stage plugins: list them, install a component, swap the one behind a stage.
+    #[command(subcommand)]
+    Plugins(cli::plugins::PluginsCommand),
     /// Run the generator on a prompt (streamed), or score candidate replies with --choice.
     Generate(cli::generate::GenerateArgs),
     /// Measure Evident's speed and print a table.
@@ -59,6 +64,8 @@ fn main() -> ExitCode {
         Command::Index(args) => cli::search::index(&ctx, args),
         Command::Search(args) => cli::search::search(&ctx, args),
         Command::Eval(args) => cli::eval::run(&ctx, args),
+        Command::Ask(args) => cli::ask::run(&ctx, args),
+        Command::Plugins(cmd) => cli::plugins::run(&ctx, cmd),
         Command::Generate(args) => cli::generate::run(&ctx, args),
         Command::Bench(cmd) => cli::bench::run(&ctx, cmd),
     });

@@ -21,6 +21,22 @@ pub enum BenchCommand {
     Encoder(BenchEncoderArgs),
     /// Generator prompt and decode tokens/s on each backend, beside llama.cpp.
     Generate(BenchGenerateArgs),
+    /// Stage-call overhead of the plugin sandbox, its share of a question, and swap latency.
+    Stages(BenchStagesArgs),
+}
+
+/// Arguments of `evident bench stages`.
+#[derive(Args)]
+pub struct BenchStagesArgs {
+    /// Stage calls to time.
+    #[arg(long, default_value_t = 200)]
+    calls: usize,
+    /// Profile for the end-to-end question.
+    #[arg(long, default_value = "baseline")]
+    profile: String,
+    /// The question.
+    #[arg(long, default_value = "What share of seniors go online?")]
+    question: String,
 }
 
 /// Arguments of `evident bench generate`.
@@ -94,6 +110,7 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Generate(args) => {
             super::bench_generate::run(ctx, &args.backends, args.prompt_tokens, args.decode_tokens, args.python.as_deref())
         }
+        BenchCommand::Stages(args) => super::bench_stages::run(ctx, args.calls, &args.profile, &args.question),
         BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python, args.no_gpu),
     }
 }

@@ -35,16 +35,31 @@ pub struct EvalArgs {
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Answer the questions with these profiles (repeatable) and compare retrieval and answer
+    /// accuracy side by side, instead of ranking pages only.
+    #[arg(long = "profile")]
+    profiles: Vec<String>,
+    /// With --profile: at most this many questions, taken in turn from each source.
+    #[arg(long)]
+    limit: Option<usize>,
 }
 
 #[derive(Deserialize)]
-struct Question {
-    source: String,
-    qid: String,
-    doc: String,
-    question: String,
+pub(super) struct Question {
+    pub source: String,
+    pub qid: String,
+    pub doc: String,
+    pub question: String,
     #[serde(default)]
-    evidence_pages: Vec<u32>,
+    pub evidence_pages: Vec<u32>,
+    #[serde(default)]
+    pub answer: String,
+    #[serde(default = "answerable_default")]
+    pub answerable: bool,
+}
+
+fn answerable_default() -> bool {
+    true
 }
 
 /// Sums of each metric at each K, over a group of questions.
@@ -76,7 +91,7 @@ impl Totals {
     }
 }
 
-fn load_questions(path: &Path) -> Result<Vec<Question>> {
+pub(super) fn load_questions(path: &Path) -> Result<Vec<Question>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     text.lines()
         .enumerate()
@@ -85,12 +100,15 @@ fn load_questions(path: &Path) -> Result<Vec<Question>> {
         .collect()
 }
 
-fn file_name(path: &str) -> &str {
+pub(super) fn file_name(path: &str) -> &str {
     Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
 }
 
 /// Evaluates retrieval and prints one table per mode.
 pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
+    if !args.profiles.is_empty() {
+        return super::eval_answers::run(ctx, &args.questions, &args.profiles, args.limit, &args.k, args.json.as_deref());
+    }
     let questions = load_questions(&args.questions)?;
     let store = ctx.store()?;
     let docs = store.documents()?;

@@ -1,12 +1,16 @@
 //! Subcommands of the `evident` binary.
 
+pub mod ask;
 pub mod bench;
 pub mod bench_generate;
 pub mod bench_maxsim;
+pub mod bench_stages;
 pub mod docs;
 pub mod eval;
+pub mod eval_answers;
 pub mod generate;
 pub mod ingest;
+pub mod plugins;
 pub mod search;
 
 use std::path::{Path, PathBuf};
@@ -14,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use evident::config::{ApplianceConfig, ComputeBackend, GeneratorBackend};
 use evident::generate::{EmbeddedGenerator, Generator, RemoteGenerator};
+use evident::plugins::{PluginRegistry, StageRuntime};
 use evident::ingest::PdfReader;
 use evident::models::{TextEncoder, burn_device};
 use evident::retrieval::{LexicalIndex, MaxSimBackend, lexical_dir};
@@ -82,6 +87,18 @@ impl Context {
                 Box::new(EmbeddedGenerator::load(&path, &compute)?)
             }
         })
+    }
+
+    /// The wasmtime runtime for stage components, with the configured limits.
+    pub fn stage_runtime(&self) -> Result<StageRuntime> {
+        Ok(StageRuntime::new(self.config.plugins.limits)?)
+    }
+
+    /// The plugin registry over `store`, with the configured runtime limits.
+    pub fn registry(&self, store: std::sync::Arc<Store>) -> Result<PluginRegistry> {
+        let runtime = std::sync::Arc::new(self.stage_runtime()?);
+        let p = &self.config.plugins;
+        Ok(PluginRegistry::new(runtime, store, p.dir.clone(), p.profiles_dir.clone()))
     }
 
     /// Binds PDFium.

@@ -154,6 +154,10 @@ impl Generator for EmbeddedGenerator {
         Ok(scores)
     }
 
+    fn count_tokens(&self, text: &str) -> usize {
+        self.tokenizer.encode(text).map_or(text.len() / 4, |ids| ids.len())
+    }
+
     fn describe(&self) -> String {
         format!("{} (embedded, {})", self.name, if self.wgpu { "wgpu" } else { "cpu" })
     }

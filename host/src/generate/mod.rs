@@ -108,4 +108,7 @@ pub trait Generator: Send + Sync {
 
     /// A short description (model and where it runs), for logs and traces.
     fn describe(&self) -> String;
+
+    /// Tokens `text` takes for this model (an estimate where the tokenizer is remote).
+    fn count_tokens(&self, text: &str) -> usize;
 }

@@ -5,7 +5,7 @@ pub mod metrics;
 mod snippet;
 
 pub use lexical::{LexicalError, LexicalIndex};
-pub use snippet::best_snippet;
+pub use snippet::{best_block, best_snippet, trim_snippet};
 
 use std::path::Path;
 
@@ -37,7 +37,7 @@ pub enum RetrievalError {
 }
 
 /// How pages are ranked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchMode {
     /// Late interaction over per-token vectors.

@@ -17,21 +17,31 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
 }
 
+/// The index of the block of `page` that shares the most words with `text` (the first of
+/// equals), if the page has a non-empty block.
+pub fn best_block(page: &PageRecord, text: &str) -> Option<usize> {
+    let terms: HashSet<String> = words(text).filter(|w| !STOP_WORDS.contains(&w.as_str())).collect();
+    let mut best: Option<(usize, usize)> = None;
+    for (i, b) in page.blocks.iter().enumerate() {
+        let block_text = b.text();
+        if block_text.trim().is_empty() {
+            continue;
+        }
+        let score = words(&block_text).filter(|w| terms.contains(w)).collect::<HashSet<_>>().len();
+        if best.is_none_or(|(_, s)| score > s) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
 /// The block of `page` that best matches `question`, trimmed to a few lines.
 pub fn best_snippet(page: &PageRecord, question: &str) -> String {
-    let terms: HashSet<String> = words(question).filter(|w| !STOP_WORDS.contains(&w.as_str())).collect();
-    let best = page
-        .blocks
-        .iter()
-        .map(|b| {
-            let text = b.text();
-            let score = words(&text).filter(|w| terms.contains(w)).collect::<HashSet<_>>().len();
-            (score, text)
-        })
-        .filter(|(_, text)| !text.trim().is_empty())
-        .max_by_key(|(score, _)| *score)
-        .map(|(_, text)| text)
-        .unwrap_or_default();
+    best_block(page, question).map(|i| trim_snippet(&page.blocks[i].text())).unwrap_or_default()
+}
+
+/// A block's text on one line, cut to a snippet's length.
+pub fn trim_snippet(best: &str) -> String {
     let flat = best.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= SNIPPET_CHARS {
         flat

@@ -1,10 +1,13 @@
-//! The redb store: documents, pages with blocks, page images and outlines.
+//! The redb store: documents, pages with blocks, page images and outlines; retrieval's
+//! vectors; the plugin registry.
 //!
 //! Everything about one document is written in one write transaction, so a document is either
 //! wholly in the store or not at all, even if the process is killed half-way.
 
 mod model;
+mod plugins;
 
+pub use plugins::PluginRecord;
 pub use model::{Block, BoundingBox, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
 
 use std::path::{Path, PathBuf};
@@ -115,6 +118,9 @@ impl Store {
             txn.open_table(OUTLINES)?;
             txn.open_table(PAGE_VECTORS)?;
             txn.open_table(INDEX_STATE)?;
+            txn.open_table(plugins::PLUGINS)?;
+            txn.open_table(plugins::PLUGIN_WASM)?;
+            txn.open_table(plugins::STAGE_BINDINGS)?;
         }
         txn.commit()?;
         Ok(())

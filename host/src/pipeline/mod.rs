@@ -1,0 +1,248 @@
+//! Runs a profile for a question: decompose, retrieve per question, verify, rerank, answer;
+//! checks what the stages return and builds the evidence (document, page, boxes, snippet) and
+//! the trace (each stage's inputs and outputs in brief, timings, model calls and tokens).
+
+pub mod accuracy;
+mod profile;
+mod services;
+
+pub use profile::{Profile, RetrieveSettings, StageBinding};
+pub use services::{RequestHost, Services};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde::Serialize;
+use thiserror::Error;
+use wasmtime::component::Component;
+
+use crate::plugins::types::{self, Candidate, PageRef, QuestionEvidence, StageContext};
+use crate::plugins::{PluginError, StageHost, StageKind, StageRuntime};
+use crate::retrieval::{best_block, trim_snippet};
+
+/// Why a question could not be answered.
+#[derive(Debug, Error)]
+pub enum PipelineError {
+    #[error("{0}")]
+    Profile(String),
+    #[error("the {stage} stage ({plugin}) failed: {source}")]
+    Stage { stage: StageKind, plugin: String, source: PluginError },
+    #[error("{0}")]
+    Host(String),
+}
+
+/// The components a profile's stages run, resolved once per request so that a swap during
+/// the request cannot mix two plugins in one answer.
+#[derive(Clone)]
+pub struct ResolvedProfile {
+    pub profile: Profile,
+    pub components: HashMap<StageKind, (String, Arc<Component>)>,
+}
+
+/// One cited place, as the user sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evidence {
+    pub document: String,
+    pub title: String,
+    pub page: u32,
+    /// Boxes of the cited blocks, PDF points from the top-left: x0, y0, x1, y1.
+    pub boxes: Vec<[f32; 4]>,
+    pub snippet: String,
+}
+
+/// One stage's part of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceStep {
+    pub stage: String,
+    pub plugin: String,
+    pub input: String,
+    pub output: String,
+    pub ms: f64,
+    pub llm_calls: u64,
+    pub tokens: u64,
+}
+
+/// The result of one question.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub answer: String,
+    pub answerable: bool,
+    pub evidence: Vec<Evidence>,
+    pub profile: String,
+    pub trace: Vec<TraceStep>,
+    pub ms: f64,
+    pub llm_calls: u64,
+    pub tokens: u64,
+    /// The question's pages in the order the pipeline settled on (after rerank), for retrieval
+    /// metrics.
+    pub ranked_pages: Vec<(String, u32)>,
+}
+
+fn brief(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= 160 { one_line } else { format!("{}...", one_line.chars().take(157).collect::<String>()) }
+}
+
+fn pages_brief(list: &[Candidate]) -> String {
+    let pages: Vec<String> = list.iter().take(12).map(|c| format!("p{}", c.page.page)).collect();
+    format!("{} pages [{}{}]", list.len(), pages.join(" "), if list.len() > 12 { " ..." } else { "" })
+}
+
+struct Recorder<'h> {
+    host: &'h RequestHost,
+    trace: Vec<TraceStep>,
+}
+
+impl Recorder<'_> {
+    fn step<T>(&mut self, stage: &str, plugin: &str, input: String, run: impl FnOnce() -> T, output: impl FnOnce(&T) -> String) -> T {
+        let (calls0, tokens0) = (self.host.llm_calls.load(Ordering::Relaxed), self.tokens());
+        let started = Instant::now();
+        let out = run();
+        self.trace.push(TraceStep {
+            stage: stage.into(),
+            plugin: plugin.into(),
+            input,
+            output: output(&out),
+            ms: started.elapsed().as_secs_f64() * 1000.0,
+            llm_calls: self.host.llm_calls.load(Ordering::Relaxed) - calls0,
+            tokens: self.tokens() - tokens0,
+        });
+        out
+    }
+
+    fn tokens(&self) -> u64 {
+        self.host.prompt_tokens.load(Ordering::Relaxed) + self.host.completion_tokens.load(Ordering::Relaxed)
+    }
+}
+
+/// Answers `question` with `profile` over the documents of `host`.
+pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestHost>, question: &str) -> Result<Outcome, PipelineError> {
+    let started = Instant::now();
+    let p = &profile.profile;
+    let doc_ids: Vec<String> = host.documents().iter().map(|d| d.id.clone()).collect();
+    let ctx = |kind: StageKind| StageContext { question: question.to_string(), documents: doc_ids.clone(), params: p.params(kind) };
+    let dyn_host: Arc<dyn StageHost> = host.clone();
+    let stage_err = |kind: StageKind, plugin: &str| {
+        let plugin = plugin.to_string();
+        move |source: PluginError| PipelineError::Stage { stage: kind, plugin, source }
+    };
+    let mut rec = Recorder { host: &host, trace: Vec::new() };
+
+    // Decompose (optional): the plan's sub-questions.
+    let plan = match profile.components.get(&StageKind::Decompose) {
+        Some((name, component)) => {
+            let plan = rec.step("decompose", name, brief(question), || runtime.decompose(component, dyn_host.clone(), &ctx(StageKind::Decompose)), |r| match r {
+                Ok(plan) => plan.sub_questions.iter().map(|q| q.text.clone()).collect::<Vec<_>>().join(" | "),
+                Err(e) => e.to_string(),
+            });
+            plan.map_err(stage_err(StageKind::Decompose, name))?
+        }
+        None => types::Plan { sub_questions: Vec::new(), difficulty: None, notes: String::new() },
+    };
+
+    // Retrieve, in one batch for the question and its sub-questions.
+    let questions: Vec<&str> = std::iter::once(question).chain(plan.sub_questions.iter().map(|q| q.text.as_str())).collect();
+    let docs = host.documents().to_vec();
+    let lists = rec.step("retrieve", "host", format!("{} question(s), k = {}, {:?}", questions.len(), p.retrieve.k, p.retrieve.mode), || host.retrieve(&questions, p.retrieve.mode, p.retrieve.k, &docs), |r| match r {
+        Ok(lists) => lists.iter().map(|l| pages_brief(l)).collect::<Vec<_>>().join(" | "),
+        Err(e) => e.clone(),
+    });
+    let lists = lists.map_err(PipelineError::Host)?;
+
+    // Verify and rerank each question's pages.
+    let mut evidence = Vec::with_capacity(questions.len());
+    for (i, (q, candidates)) in questions.iter().zip(lists).enumerate() {
+        let verdicts = match profile.components.get(&StageKind::Verify) {
+            Some((name, component)) => {
+                let verdicts = rec.step("verify", name, format!("{} / {}", brief(q), pages_brief(&candidates)), || runtime.verify(component, dyn_host.clone(), &ctx(StageKind::Verify), q, &candidates), |r| match r {
+                    Ok(v) => format!("{} of {} relevant", v.iter().filter(|v| v.relevant).count(), v.len()),
+                    Err(e) => e.to_string(),
+                });
+                let verdicts = verdicts.map_err(stage_err(StageKind::Verify, name))?;
+                check_pages(verdicts.iter().map(|v| &v.page), &candidates).map_err(stage_err(StageKind::Verify, name))?;
+                verdicts
+            }
+            None => Vec::new(),
+        };
+        let ordered = match profile.components.get(&StageKind::Rerank) {
+            Some((name, component)) => {
+                let ordered = rec.step("rerank", name, brief(q), || runtime.rerank(component, dyn_host.clone(), &ctx(StageKind::Rerank), q, i == 0, &candidates, &verdicts), |r| match r {
+                    Ok(list) => pages_brief(list),
+                    Err(e) => e.to_string(),
+                });
+                let ordered = ordered.map_err(stage_err(StageKind::Rerank, name))?;
+                check_pages(ordered.iter().map(|c| &c.page), &candidates).map_err(stage_err(StageKind::Rerank, name))?;
+                ordered
+            }
+            None => candidates,
+        };
+        evidence.push(QuestionEvidence { question: q.to_string(), is_root: i == 0, evidence: ordered, verdicts });
+    }
+
+    // Answer.
+    let (name, component) = profile.components.get(&StageKind::Memory).ok_or_else(|| PipelineError::Profile(format!("profile {} has no memory stage", p.name)))?;
+    let answer = rec.step("memory", name, format!("{} question(s) with evidence", evidence.len()), || runtime.answer(component, dyn_host.clone(), &ctx(StageKind::Memory), &plan, &evidence), |r| match r {
+        Ok(a) => brief(&a.text),
+        Err(e) => e.to_string(),
+    });
+    let answer = answer.map_err(stage_err(StageKind::Memory, name))?;
+    let ranked_pages = evidence.first().map(|e| e.evidence.iter().map(|c| (c.page.document.clone(), c.page.page)).collect()).unwrap_or_default();
+    let cited = cite(&host, question, &answer).map_err(stage_err(StageKind::Memory, name))?;
+    let trace = rec.trace;
+    Ok(Outcome {
+        answer: answer.text,
+        answerable: answer.answerable,
+        evidence: cited,
+        profile: p.name.clone(),
+        ms: started.elapsed().as_secs_f64() * 1000.0,
+        llm_calls: host.llm_calls.load(Ordering::Relaxed),
+        tokens: host.prompt_tokens.load(Ordering::Relaxed) + host.completion_tokens.load(Ordering::Relaxed),
+        trace,
+        ranked_pages,
+    })
+}
+
+/// A stage may only name pages it was given.
+fn check_pages<'p>(pages: impl Iterator<Item = &'p PageRef>, given: &[Candidate]) -> Result<(), PluginError> {
+    for page in pages {
+        if !given.iter().any(|c| c.page == *page) {
+            return Err(PluginError::BadOutput(format!("it named page {} of {}, which it was not given", page.page, page.document)));
+        }
+    }
+    Ok(())
+}
+
+/// The answer's citations as evidence, refusing citations of pages or blocks that do not exist.
+fn cite(host: &RequestHost, question: &str, answer: &types::Answer) -> Result<Vec<Evidence>, PluginError> {
+    let mut out: Vec<Evidence> = Vec::new();
+    for c in &answer.citations {
+        let record = host.page_record(&c.page).map_err(|e| PluginError::BadOutput(format!("it cited a page that does not exist: {e}")))?;
+        let title = host.document(&c.page.document).map(|d| d.title.clone()).unwrap_or_default();
+        for &b in &c.blocks {
+            if b as usize >= record.blocks.len() {
+                return Err(PluginError::BadOutput(format!("it cited block {b} of page {} of {}, which has {} blocks", c.page.page, c.page.document, record.blocks.len())));
+            }
+        }
+        // Without cited blocks, the block that best matches the answer (or the quote) stands in.
+        let (boxes, snippet) = if c.blocks.is_empty() {
+            let probe = if c.quote.is_empty() { format!("{question} {}", answer.text) } else { c.quote.clone() };
+            match best_block(&record, &probe) {
+                Some(i) => {
+                    let b = &record.blocks[i];
+                    (vec![[b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1]], trim_snippet(&b.text()))
+                }
+                None => (Vec::new(), String::new()),
+            }
+        } else {
+            let blocks: Vec<&crate::store::Block> = c.blocks.iter().map(|&b| &record.blocks[b as usize]).collect();
+            let text = blocks.iter().map(|b| b.text()).collect::<Vec<_>>().join(" ");
+            (blocks.iter().map(|b| [b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1]).collect(), brief(&text))
+        };
+        if !out.iter().any(|e| e.document == c.page.document && e.page == c.page.page) {
+            out.push(Evidence { document: c.page.document.clone(), title, page: c.page.page, boxes, snippet });
+        }
+    }
+    Ok(out)
+}

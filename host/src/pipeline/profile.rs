@@ -1,0 +1,92 @@
+//! Profiles: which component runs each stage, with what parameters, and how retrieval is set.
+//! They live in `appliance-config/profiles/<name>.toml`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::plugins::StageKind;
+use crate::retrieval::SearchMode;
+
+use super::PipelineError;
+
+/// One stage of a profile.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageBinding {
+    /// The plugin's name (its component file is `<plugins_dir>/<name>.wasm`).
+    pub plugin: String,
+    /// Parameters handed to the stage as text (it parses them).
+    #[serde(default)]
+    pub params: BTreeMap<String, toml::Value>,
+}
+
+/// How the host retrieves pages for each question of the plan.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveSettings {
+    /// Pages per question.
+    pub k: u32,
+    pub mode: SearchMode,
+}
+
+/// A pipeline: retrieval settings and a component per stage (memory is required).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    #[serde(skip)]
+    pub name: String,
+    pub description: String,
+    pub retrieve: RetrieveSettings,
+    pub stages: BTreeMap<StageKind, StageBinding>,
+}
+
+impl Profile {
+    /// Reads `<dir>/<name>.toml`.
+    pub fn load(dir: &Path, name: &str) -> Result<Profile, PipelineError> {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(PipelineError::Profile(format!("{name:?} is not a profile name")));
+        }
+        let path = dir.join(format!("{name}.toml"));
+        let text = std::fs::read_to_string(&path).map_err(|_| {
+            let known = Profile::names(dir).join(", ");
+            PipelineError::Profile(format!("there is no profile named {name} in {} (there are: {known})", dir.display()))
+        })?;
+        let mut profile: Profile = toml::from_str(&text).map_err(|e| PipelineError::Profile(format!("{}: {}", path.display(), e.message())))?;
+        if !profile.stages.contains_key(&StageKind::Memory) {
+            return Err(PipelineError::Profile(format!("profile {name} has no memory stage, which answers")));
+        }
+        profile.name = name.to_string();
+        Ok(profile)
+    }
+
+    /// Names of the profiles in `dir`.
+    pub fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|it| {
+                it.filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".toml")).map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// A stage's parameters as the stage receives them.
+    pub fn params(&self, kind: StageKind) -> Vec<crate::plugins::types::Param> {
+        let Some(binding) = self.stages.get(&kind) else { return Vec::new() };
+        binding
+            .params
+            .iter()
+            .map(|(k, v)| crate::plugins::types::Param {
+                key: k.clone(),
+                value: match v {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+            })
+            .collect()
+    }
+}

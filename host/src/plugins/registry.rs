@@ -1,0 +1,173 @@
+//! The plugin registry: installed components (in the store), compiled once per process, and
+//! the live stage bindings of each profile. A swap compiles and checks the new component first,
+//! then replaces the profile's binding in one pointer swap: a request holds the profile it
+//! resolved at its start, so it finishes on the components it began with.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+use super::{PluginError, StageKind, StageRuntime};
+use crate::pipeline::{PipelineError, Profile, ResolvedProfile};
+use crate::store::{PluginRecord, Store};
+
+/// Installed plugins and live profiles.
+pub struct PluginRegistry {
+    runtime: Arc<StageRuntime>,
+    store: Arc<Store>,
+    /// Components shipped with the appliance (`<name>.wasm`), installed on first use.
+    bundled_dir: PathBuf,
+    profiles_dir: PathBuf,
+    compiled: Mutex<HashMap<String, Arc<Component>>>,
+    live: RwLock<HashMap<String, Arc<ResolvedProfile>>>,
+}
+
+fn kind_name(kind: StageKind) -> String {
+    kind.to_string()
+}
+
+fn lock_err<T>(_: T) -> PipelineError {
+    PipelineError::Host("the plugin registry's lock was poisoned by a crash".into())
+}
+
+impl PluginRegistry {
+    /// A registry over `store`, running components with `runtime`.
+    pub fn new(runtime: Arc<StageRuntime>, store: Arc<Store>, bundled_dir: PathBuf, profiles_dir: PathBuf) -> PluginRegistry {
+        PluginRegistry { runtime, store, bundled_dir, profiles_dir, compiled: Mutex::new(HashMap::new()), live: RwLock::new(HashMap::new()) }
+    }
+
+    /// The runtime components run in.
+    pub fn runtime(&self) -> &StageRuntime {
+        &self.runtime
+    }
+
+    fn compile(&self, sha256: &str, wasm: &[u8], kind: StageKind) -> Result<Arc<Component>, PluginError> {
+        if let Some(c) = self.compiled.lock().map_err(|_| PluginError::Runtime("poisoned lock".into()))?.get(sha256) {
+            return Ok(c.clone());
+        }
+        let component = Arc::new(self.runtime.compile(wasm, kind)?);
+        self.compiled.lock().map_err(|_| PluginError::Runtime("poisoned lock".into()))?.insert(sha256.to_string(), component.clone());
+        Ok(component)
+    }
+
+    /// Installs a component under `name`, as the stage kind it implements (or `kind` when given).
+    /// A component that implements no stage world (or not `kind`'s) is refused.
+    pub fn install(&self, wasm: &[u8], name: &str, version: &str, kind: Option<StageKind>) -> Result<PluginRecord, PipelineError> {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(PipelineError::Profile(format!("{name:?} is not a plugin name (letters, digits, - and _)")));
+        }
+        let sha256: String = Sha256::digest(wasm).iter().map(|b| format!("{b:02x}")).collect();
+        let kinds: Vec<StageKind> = match kind {
+            Some(k) => vec![k],
+            None => vec![StageKind::Decompose, StageKind::Verify, StageKind::Rerank, StageKind::Memory],
+        };
+        let mut last = None;
+        let mut found = None;
+        for k in kinds {
+            match self.compile(&sha256, wasm, k) {
+                Ok(_) => {
+                    found = Some(k);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(kind) = found else {
+            let err = last.unwrap_or(PluginError::Invalid("no stage kind to check".into()));
+            return Err(match (kind, err) {
+                (None, PluginError::WrongWorld { .. }) => PipelineError::Host(format!(
+                    "{name} implements none of the stage worlds (decompose-stage, verify-stage, rerank-stage, memory-stage) of evident:pipeline@0.1.0"
+                )),
+                (_, err) => PipelineError::Stage { stage: kind.unwrap_or(StageKind::Memory), plugin: name.to_string(), source: err },
+            });
+        };
+        let installed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let record = PluginRecord { name: name.into(), version: version.into(), kind: kind_name(kind), sha256, size: wasm.len() as u64, installed_at };
+        self.store.put_plugin(&record, wasm).map_err(|e| PipelineError::Host(e.to_string()))?;
+        Ok(record)
+    }
+
+    /// Installed plugins, with the bundled ones not installed yet listed as such (version "bundled").
+    pub fn list(&self) -> Result<Vec<PluginRecord>, PipelineError> {
+        let mut out = self.store.plugins().map_err(|e| PipelineError::Host(e.to_string()))?;
+        let bundled = std::fs::read_dir(&self.bundled_dir).map(|it| it.filter_map(|e| e.ok()).collect::<Vec<_>>()).unwrap_or_default();
+        for entry in bundled {
+            let path = entry.path();
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
+            if path.extension().is_some_and(|e| e == "wasm") && !out.iter().any(|p| p.name == name) {
+                if let Ok(record) = self.install_bundled(&name) {
+                    out.push(record);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn install_bundled(&self, name: &str) -> Result<PluginRecord, PipelineError> {
+        let path = self.bundled_dir.join(format!("{name}.wasm"));
+        let wasm = std::fs::read(&path)
+            .map_err(|_| PipelineError::Profile(format!("no plugin named {name} is installed or bundled in {}; `evident plugins list` shows them", self.bundled_dir.display())))?;
+        self.install(&wasm, name, "bundled", None)
+    }
+
+    /// The compiled component of plugin `name`, which must implement `kind`.
+    fn component(&self, name: &str, kind: StageKind) -> Result<Arc<Component>, PipelineError> {
+        let (record, wasm) = match self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))? {
+            Some(found) => found,
+            None => {
+                self.install_bundled(name)?;
+                self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))?.ok_or_else(|| PipelineError::Host(format!("plugin {name} vanished")))?
+            }
+        };
+        if record.kind != kind_name(kind) {
+            return Err(PipelineError::Profile(format!("plugin {name} is a {} stage, not a {kind} stage", record.kind)));
+        }
+        self.compile(&record.sha256, &wasm, kind).map_err(|source| PipelineError::Stage { stage: kind, plugin: name.into(), source })
+    }
+
+    fn build(&self, name: &str) -> Result<ResolvedProfile, PipelineError> {
+        let mut profile = Profile::load(&self.profiles_dir, name)?;
+        for (stage, plugin) in self.store.stage_bindings(name).map_err(|e| PipelineError::Host(e.to_string()))? {
+            let kind: StageKind = serde_json::from_value(serde_json::Value::String(stage.clone()))
+                .map_err(|_| PipelineError::Profile(format!("the store binds an unknown stage {stage}")))?;
+            if let Some(binding) = profile.stages.get_mut(&kind) {
+                binding.plugin = plugin;
+            }
+        }
+        let mut components = HashMap::new();
+        for (kind, binding) in &profile.stages {
+            components.insert(*kind, (binding.plugin.clone(), self.component(&binding.plugin, *kind)?));
+        }
+        Ok(ResolvedProfile { profile, components })
+    }
+
+    /// The profile as it stands now; a request keeps this snapshot to its end.
+    pub fn resolve(&self, name: &str) -> Result<Arc<ResolvedProfile>, PipelineError> {
+        if let Some(p) = self.live.read().map_err(lock_err)?.get(name) {
+            return Ok(p.clone());
+        }
+        let built = Arc::new(self.build(name)?);
+        Ok(self.live.write().map_err(lock_err)?.entry(name.to_string()).or_insert(built).clone())
+    }
+
+    /// Puts `plugin` behind `stage` of `profile`, for every request that starts from now on.
+    pub fn swap(&self, profile: &str, stage: StageKind, plugin: &str) -> Result<(), PipelineError> {
+        let current = self.resolve(profile)?;
+        if !current.profile.stages.contains_key(&stage) {
+            return Err(PipelineError::Profile(format!("profile {profile} has no {stage} stage to swap")));
+        }
+        let component = self.component(plugin, stage)?;
+        let mut next = (*current).clone();
+        if let Some(binding) = next.profile.stages.get_mut(&stage) {
+            binding.plugin = plugin.to_string();
+        }
+        next.components.insert(stage, (plugin.to_string(), component));
+        self.store.set_stage_binding(profile, &kind_name(stage), plugin).map_err(|e| PipelineError::Host(e.to_string()))?;
+        self.live.write().map_err(lock_err)?.insert(profile.to_string(), Arc::new(next));
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! HiEvi-RAG's memory and iterative answering (Section 3.4): each child question is answered
+//! over its verified pages and the (question, answer) pair goes into memory, in order; then the
+//! root question's prioritised pages are read in windows of k (default 7) with the memory,
+//! until an answer is not NOT_ANSWERABLE. A window that does not answer leaves a note in memory.
+
+wit_bindgen::generate!({
+    world: "memory-stage",
+    path: "../../wit",
+    with: { "evident:pipeline/types@0.1.0": stage_kit::types, "evident:pipeline/host@0.1.0": stage_kit::host },
+});
+
+use stage_kit::types::{Candidate, Citation, GenerateRequest, PageRef};
+use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers};
+
+/// The answering instruction.
+pub const SYSTEM: &str = "You answer questions about documents using only the pages given and the notes from earlier \
+questions. Answer briefly. If they do not contain the answer, reply exactly NOT_ANSWERABLE.";
+
+struct Settings {
+    window: usize,
+    page_tokens: u32,
+    max_tokens: u32,
+    memory_tokens: u32,
+}
+
+fn ask(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, String)], memory: &[String]) -> Result<String, String> {
+    let mut notes = memory.join("\n");
+    if notes.len() > s.memory_tokens as usize * 4 {
+        // Keep the most recent notes within the budget.
+        let cut = notes.len() - s.memory_tokens as usize * 4;
+        let cut = (cut..notes.len()).find(|&i| notes.is_char_boundary(i)).unwrap_or(notes.len());
+        notes = notes[cut..].to_string();
+    }
+    let notes = if notes.is_empty() { String::new() } else { format!("Notes from earlier questions:\n{notes}\n\n") };
+    let prompt = format!("{notes}{}\nQuestion: {question}\nAnswer (cite pages as [n]):", numbered_pages(pages));
+    let out = host.generate(&GenerateRequest { system: SYSTEM.into(), prompt, max_tokens: s.max_tokens, temperature: 0.0, stop: vec!["\n\n".into()], images: vec![] })?;
+    Ok(out.text.trim().to_string())
+}
+
+fn read(host: &impl HostApi, s: &Settings, list: &[Candidate]) -> Result<Vec<(PageRef, String)>, String> {
+    list.iter().map(|c| Ok((c.page.clone(), page_excerpt(&host.page(&c.page)?, s.page_tokens)))).collect()
+}
+
+/// The answer to the root question.
+pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvidence]) -> Result<Answer, String> {
+    let s = Settings {
+        window: param(ctx, "window", 7usize)?.max(1),
+        page_tokens: param(ctx, "page_tokens", 220)?,
+        max_tokens: param(ctx, "max_tokens", 96)?,
+        memory_tokens: param(ctx, "memory_tokens", 600)?,
+    };
+    let mut memory: Vec<String> = Vec::new();
+    for child in evidence.iter().filter(|e| !e.is_root) {
+        if child.evidence.is_empty() {
+            memory.push(format!("Q: {} A: {NOT_ANSWERABLE} (no verified pages)", child.question));
+            continue;
+        }
+        let pages = read(host, &s, &child.evidence[..child.evidence.len().min(s.window)])?;
+        let reply = ask(host, &s, &child.question, &pages, &memory)?;
+        let reply = if says_not_answerable(&reply) { NOT_ANSWERABLE.to_string() } else { strip_markers(&reply) };
+        memory.push(format!("Q: {} A: {reply}", child.question));
+    }
+    let root = evidence.iter().find(|e| e.is_root).ok_or("the memory stage got no evidence for the question")?;
+    let mut rounds = 0;
+    for window in root.evidence.chunks(s.window) {
+        rounds += 1;
+        let pages = read(host, &s, window)?;
+        let reply = ask(host, &s, &ctx.question, &pages, &memory)?;
+        if says_not_answerable(&reply) {
+            let seen: Vec<String> = pages.iter().map(|(p, _)| p.page.to_string()).collect();
+            memory.push(format!("Pages {} did not answer: {}", seen.join(", "), ctx.question));
+            continue;
+        }
+        let mut cited = cited_numbers(&reply, pages.len());
+        if cited.is_empty() {
+            cited.push(1);
+        }
+        let citations = cited.into_iter().map(|n| Citation { page: pages[n - 1].0.clone(), blocks: vec![], quote: String::new() }).collect();
+        return Ok(Answer { text: strip_markers(&reply), answerable: true, citations, notes: format!("answered in round {rounds} with {} memory note(s)", memory.len()) });
+    }
+    Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("{rounds} round(s) without an answer") })
+}
+
+struct Memory;
+
+impl Guest for Memory {
+    fn answer(ctx: StageContext, _plan: Plan, evidence: Vec<QuestionEvidence>) -> Result<Answer, String> {
+        answer(&Wasm, &ctx, &evidence)
+    }
+}
+
+export!(Memory);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stage_kit::types::{Generation, LogLevel, PageContent, SearchMode};
+    use std::cell::RefCell;
+
+    /// The fake model answers only when page 40 is in view, and records its prompts.
+    struct FakeHost {
+        prompts: RefCell<Vec<String>>,
+    }
+
+    impl HostApi for FakeHost {
+        fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
+            self.prompts.borrow_mut().push(request.prompt.clone());
+            let text = match request.prompt.lines().position(|l| l.contains("(page 40)")) {
+                Some(_) => {
+                    let n = request.prompt.lines().filter(|l| l.starts_with('[')).position(|l| l.contains("(page 40)")).unwrap_or(0) + 1;
+                    format!("Forty [{n}].")
+                }
+                None => NOT_ANSWERABLE.to_string(),
+            };
+            Ok(Generation { text, prompt_tokens: 1, completion_tokens: 1, finished: true })
+        }
+        fn score_choices(&self, _: &str, _: &str, _: &[String]) -> Result<Vec<f32>, String> {
+            Err("unused".into())
+        }
+        fn search(&self, _: &str, _: SearchMode, _: u32, _: &[String]) -> Result<Vec<Candidate>, String> {
+            Err("unused".into())
+        }
+        fn page(&self, page: &PageRef) -> Result<PageContent, String> {
+            Ok(PageContent { page: page.clone(), width: 1.0, height: 1.0, text: format!("text of {}", page.page), blocks: vec![] })
+        }
+        fn count_tokens(&self, text: &str) -> u32 {
+            text.len() as u32
+        }
+        fn log(&self, _: LogLevel, _: &str) {}
+    }
+
+    fn list(pages: &[u32]) -> Vec<Candidate> {
+        pages.iter().enumerate().map(|(i, &p)| Candidate { page: PageRef { document: "d".into(), page: p }, score: 0.0, rank: i as u32 + 1 }).collect()
+    }
+
+    fn ctx() -> StageContext {
+        StageContext { question: "root?".into(), documents: vec![], params: vec![] }
+    }
+
+    #[test]
+    fn children_fill_memory_then_windows_run_until_an_answer() {
+        let host = FakeHost { prompts: RefCell::new(vec![]) };
+        let root: Vec<u32> = (1..=20).map(|p| if p == 10 { 40 } else { p }).collect();
+        let evidence = vec![
+            QuestionEvidence { question: "root?".into(), is_root: true, evidence: list(&root), verdicts: vec![] },
+            QuestionEvidence { question: "child one?".into(), is_root: false, evidence: list(&[3]), verdicts: vec![] },
+            QuestionEvidence { question: "child two?".into(), is_root: false, evidence: vec![], verdicts: vec![] },
+        ];
+        let a = answer(&host, &ctx(), &evidence).expect("answers");
+        assert!(a.answerable);
+        assert_eq!(a.text, "Forty.");
+        assert_eq!(a.citations[0].page.page, 40);
+        let prompts = host.prompts.borrow();
+        // One call for the child with pages, then root windows 1-7 (no answer) and 8-14 (page 40).
+        assert_eq!(prompts.len(), 3);
+        assert!(prompts[1].contains("Q: child one? A: NOT_ANSWERABLE") && prompts[1].contains("Q: child two? A: NOT_ANSWERABLE"));
+        assert!(prompts[2].contains("did not answer"), "the failed window left a note");
+    }
+
+    #[test]
+    fn running_out_of_windows_is_not_answerable() {
+        let host = FakeHost { prompts: RefCell::new(vec![]) };
+        let evidence = vec![QuestionEvidence { question: "root?".into(), is_root: true, evidence: list(&[1, 2, 3, 4, 5, 6, 7, 8]), verdicts: vec![] }];
+        let a = answer(&host, &ctx(), &evidence).expect("answers");
+        assert!(!a.answerable && a.citations.is_empty());
+        assert_eq!(host.prompts.borrow().len(), 2, "two windows of seven");
+    }
+}

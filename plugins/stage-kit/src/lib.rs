@@ -1,0 +1,142 @@
+//! What every Evident stage plugin shares: the bindings of the host interface and the shared
+//! types (stage crates reuse them through wit-bindgen's `with`), a [`HostApi`] trait so that
+//! stage logic runs natively in unit tests against a fake host, profile parameters, and the
+//! prompt pieces the methods have in common.
+
+wit_bindgen::generate!({ world: "host-imports", path: "../../wit", pub_export_macro: true, additional_derives: [PartialEq] });
+
+pub use evident::pipeline::{host, types};
+use types::{Candidate, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Param, SearchMode, StageContext};
+
+/// The host imports, as a trait: [`Wasm`] calls the real ones; tests supply their own.
+pub trait HostApi {
+    fn generate(&self, request: &GenerateRequest) -> Result<Generation, String>;
+    fn score_choices(&self, system: &str, prompt: &str, choices: &[String]) -> Result<Vec<f32>, String>;
+    fn search(&self, query: &str, mode: SearchMode, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String>;
+    fn page(&self, page: &PageRef) -> Result<PageContent, String>;
+    fn count_tokens(&self, text: &str) -> u32;
+    fn log(&self, level: LogLevel, message: &str);
+}
+
+/// The host the component runs in.
+pub struct Wasm;
+
+impl HostApi for Wasm {
+    fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
+        host::generate(request)
+    }
+    fn score_choices(&self, system: &str, prompt: &str, choices: &[String]) -> Result<Vec<f32>, String> {
+        host::score_choices(system, prompt, choices)
+    }
+    fn search(&self, query: &str, mode: SearchMode, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String> {
+        host::search(query, mode, k, documents)
+    }
+    fn page(&self, page: &PageRef) -> Result<PageContent, String> {
+        host::page(page)
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        host::count_tokens(text)
+    }
+    fn log(&self, level: LogLevel, message: &str) {
+        host::log(level, message)
+    }
+}
+
+/// A parameter from the profile, parsed, or `default` when the profile does not set it.
+pub fn param<T: std::str::FromStr>(ctx: &StageContext, key: &str, default: T) -> Result<T, String> {
+    match ctx.params.iter().find(|p: &&Param| p.key == key) {
+        None => Ok(default),
+        Some(p) => p.value.trim().parse().map_err(|_| format!("parameter {key} = {:?} is not valid", p.value)),
+    }
+}
+
+/// What a model writes when the pages do not answer the question (HiEvi-RAG's marker).
+pub const NOT_ANSWERABLE: &str = "NOT_ANSWERABLE";
+
+/// Whether a generated answer says the pages do not answer.
+pub fn says_not_answerable(text: &str) -> bool {
+    let t = text.trim().to_ascii_uppercase().replace([' ', '-'], "_");
+    t.is_empty() || t.contains(NOT_ANSWERABLE) || t.starts_with("NOT_ANSWER") || t.starts_with("UNANSWERABLE")
+}
+
+/// A page's text cut to about `max_tokens` tokens (4 characters a token), at a word boundary.
+pub fn page_excerpt(content: &PageContent, max_tokens: u32) -> String {
+    let limit = max_tokens as usize * 4;
+    let text = content.text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cut = text[..cut].rfind(' ').unwrap_or(cut);
+    format!("{} ...", &text[..cut])
+}
+
+/// Pages numbered for a prompt: "[1] (page 12) text".
+pub fn numbered_pages(pages: &[(PageRef, String)]) -> String {
+    pages.iter().enumerate().map(|(i, (p, text))| format!("[{}] (page {})\n{}\n", i + 1, p.page, text)).collect::<Vec<_>>().join("\n")
+}
+
+/// The numbers `[n]` cited in a generated text that fall within 1..=count, in order, once each.
+pub fn cited_numbers(text: &str, count: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        rest = &rest[open + 1..];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(n) = digits.parse::<usize>() {
+            if (1..=count).contains(&n) && !out.contains(&n) && rest[digits.len()..].starts_with(']') {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// The generated text with page markers such as "[2]" removed and whitespace tidied.
+pub fn strip_markers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let inner: String = rest[open + 1..].chars().take_while(|c| c.is_ascii_digit() || *c == ',' || *c == ' ').collect();
+        let close = open + 1 + inner.len();
+        if !inner.trim().is_empty() && rest[close..].starts_with(']') {
+            out.push_str(&rest[..open]);
+            rest = &rest[close + 1..];
+        } else {
+            out.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+        }
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ").replace(" .", ".").replace(" ,", ",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_found_and_removed() {
+        assert_eq!(cited_numbers("Paris [2], also [1] and [2] and [9] [x]", 3), vec![2, 1]);
+        assert_eq!(strip_markers("Revenue was $5 million [2]. It grew [1, 3]."), "Revenue was $5 million. It grew.");
+    }
+
+    #[test]
+    fn not_answerable_is_recognised() {
+        assert!(says_not_answerable("NOT_ANSWERABLE"));
+        assert!(says_not_answerable(" not answerable."));
+        assert!(!says_not_answerable("The answer is 42."));
+    }
+
+    #[test]
+    fn parameters_parse_or_default() {
+        let ctx = StageContext { question: "q".into(), documents: vec![], params: vec![Param { key: "k".into(), value: "7".into() }] };
+        assert_eq!(param(&ctx, "k", 3u32), Ok(7));
+        assert_eq!(param(&ctx, "top", 5u32), Ok(5));
+        let bad = StageContext { params: vec![Param { key: "k".into(), value: "seven".into() }], ..ctx };
+        assert!(param(&bad, "k", 3u32).is_err());
+    }
+}

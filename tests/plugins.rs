@@ -1,0 +1,265 @@
+//! The stage plugin host with real components (built by scripts/build-plugins.sh), a real store
+//! holding a benchmark PDF, the real encoder and generator: hostile components each get a clear
+//! error and the host answers the next request normally; a component of the wrong world is
+//! refused at load, naming what it lacks; `evident ask` answers with cited pages.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use evident::generate::EmbeddedGenerator;
+use evident::models::{ComputeDevice, TextEncoder};
+use evident::pipeline::{PipelineError, Profile, RequestHost, ResolvedProfile, RetrieveSettings, Services, StageBinding};
+use evident::plugins::{PluginError, StageKind, StageLimits, StageRuntime};
+use evident::retrieval::{LexicalIndex, MaxSimBackend, SearchMode, lexical_dir};
+use evident::store::Store;
+
+const PDF: &str = "mmlongbench-doc/PIP_Seniors-and-Tech-Use_040314.pdf";
+const QUESTION: &str = "What share of seniors go online?";
+
+fn component_bytes(name: &str) -> Vec<u8> {
+    let root = common::repo_root();
+    let path = [root.join(".evident/plugins"), root.join(".evident/test-plugins")]
+        .into_iter()
+        .map(|d| d.join(format!("{name}.wasm")))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name}.wasm is not built; run scripts/build-plugins.sh"));
+    std::fs::read(path).expect("reads")
+}
+
+struct Fixture {
+    _app: common::Appliance,
+    services: Arc<Services>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let app = common::Appliance::new();
+        app.ingest(&[&common::bench_pdf(PDF)], &["--no-images"]);
+        let cpu = ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false };
+        let models = common::repo_root().join(".evident/models");
+        let services = Services {
+            store: Arc::new(Store::open(app.data.path()).expect("store")),
+            lexical: Arc::new(LexicalIndex::open(&lexical_dir(app.data.path())).expect("lexical")),
+            encoder: Arc::new(TextEncoder::load(&models.join("all-minilm-l6-v2"), &cpu.device).expect("encoder")),
+            maxsim: Arc::new(MaxSimBackend::Cpu(evident_kernels::MaxSimCpu::default())),
+            generator: Arc::new(EmbeddedGenerator::load(&models.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"), &cpu).expect("generator")),
+            generator_images: false,
+        };
+        Fixture { _app: app, services: Arc::new(services) }
+    }
+
+    fn host(&self) -> Arc<RequestHost> {
+        let docs = self.services.store.documents().expect("documents");
+        Arc::new(RequestHost::new(self.services.clone(), docs, 7))
+    }
+}
+
+fn profile(runtime: &StageRuntime, stages: &[(StageKind, &str, &[(&str, &str)])]) -> ResolvedProfile {
+    let mut bindings = BTreeMap::new();
+    let mut components = HashMap::new();
+    for (kind, plugin, params) in stages {
+        let params = params.iter().map(|(k, v)| (k.to_string(), toml::Value::String(v.to_string()))).collect();
+        bindings.insert(*kind, StageBinding { plugin: plugin.to_string(), params });
+        let component = runtime.compile(&component_bytes(plugin), *kind).expect("compiles");
+        components.insert(*kind, (plugin.to_string(), Arc::new(component)));
+    }
+    let profile = Profile {
+        name: "test".into(),
+        description: String::new(),
+        retrieve: RetrieveSettings { k: 4, mode: SearchMode::Bm25 },
+        stages: bindings,
+    };
+    ResolvedProfile { profile, components }
+}
+
+fn verify_with(runtime: &StageRuntime, behaviour: &str) -> ResolvedProfile {
+    profile(runtime, &[
+        (StageKind::Verify, "test-hostile-verify", &[("behaviour", behaviour)]),
+        (StageKind::Memory, "test-hostile-memory", &[]),
+    ])
+}
+
+fn stage_error(result: Result<evident::pipeline::Outcome, PipelineError>) -> (StageKind, PluginError) {
+    match result {
+        Err(PipelineError::Stage { stage, source, .. }) => (stage, source),
+        Err(other) => panic!("expected a stage error, got {other}"),
+        Ok(o) => panic!("expected a stage error, got an answer: {}", o.answer),
+    }
+}
+
+#[test]
+fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
+    let fixture = Fixture::new();
+    let limits = StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 };
+    let runtime = StageRuntime::new(limits).expect("runtime");
+    let normal = verify_with(&runtime, "served-by-a");
+    let answer_normally = |runtime: &StageRuntime| {
+        let out = evident::pipeline::run(runtime, &normal, fixture.host(), QUESTION).expect("a normal request is answered");
+        assert_eq!(out.answer.split(',').next(), Some("served-by-a"), "{}", out.answer);
+        assert_eq!(out.evidence.len(), 1);
+    };
+    answer_normally(&runtime);
+
+    // An endless loop runs out of fuel.
+    let (stage, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "loop"), fixture.host(), QUESTION));
+    assert_eq!(stage, StageKind::Verify);
+    assert!(matches!(err, PluginError::OutOfFuel(_)), "{err}");
+    answer_normally(&runtime);
+
+    // With fuel to spare, the wall-clock deadline stops it.
+    let patient = StageRuntime::new(StageLimits { memory_mib: 64, fuel: u64::MAX / 4, timeout_s: 2 }).expect("runtime");
+    let started = std::time::Instant::now();
+    let (_, err) = stage_error(evident::pipeline::run(&patient, &verify_with(&patient, "loop"), fixture.host(), QUESTION));
+    assert!(matches!(err, PluginError::Timeout(2)), "{err}");
+    assert!(started.elapsed().as_secs() < 10, "stopped near its deadline");
+    assert!(err.to_string().contains("time limit of 2 s"), "{err}");
+
+    // A memory bomb hits the cap.
+    let (_, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "memory"), fixture.host(), QUESTION));
+    assert!(matches!(err, PluginError::Memory(64)), "{err}");
+    answer_normally(&runtime);
+
+    // A panic is a crash of that stage only.
+    let (_, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "trap"), fixture.host(), QUESTION));
+    assert!(matches!(err, PluginError::Trap(_)), "{err}");
+    answer_normally(&runtime);
+
+    // A verdict about a page it was not given, and citations of pages or blocks that do not exist.
+    let (_, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "foreign-page"), fixture.host(), QUESTION));
+    assert!(matches!(err, PluginError::BadOutput(_)), "{err}");
+    for behaviour in ["missing-page", "missing-block"] {
+        let bad = profile(&runtime, &[(StageKind::Memory, "test-hostile-memory", &[("behaviour", behaviour)])]);
+        let (stage, err) = stage_error(evident::pipeline::run(&runtime, &bad, fixture.host(), QUESTION));
+        assert_eq!(stage, StageKind::Memory);
+        assert!(matches!(err, PluginError::BadOutput(_)) && err.to_string().contains("does not exist") || err.to_string().contains("blocks"), "{err}");
+    }
+    answer_normally(&runtime);
+}
+
+#[test]
+fn a_component_of_the_wrong_world_is_refused_naming_what_it_lacks() {
+    let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 1_000_000, timeout_s: 5 }).expect("runtime");
+    let err = runtime.compile(&component_bytes("test-hostile-verify"), StageKind::Memory).expect_err("a verify component is no memory stage");
+    let text = err.to_string();
+    assert!(matches!(err, PluginError::WrongWorld { kind: StageKind::Memory, .. }), "{text}");
+    assert!(text.contains("`answer`") && text.contains("memory-stage"), "{text}");
+    let err = runtime.compile(b"\0asm not really", StageKind::Verify).expect_err("garbage");
+    assert!(matches!(err, PluginError::Invalid(_)), "{err}");
+}
+
+#[test]
+fn ask_answers_with_cited_pages_and_a_trace() {
+    let app = common::Appliance::new();
+    app.ingest(&[&common::bench_pdf(PDF)], &["--no-images"]);
+    let out = app.ok(&["ask", QUESTION, "--profile", "baseline", "--json", "--trace"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["profile"], "baseline");
+    let stages: Vec<&str> = v["trace"].as_array().expect("trace").iter().map(|s| s["stage"].as_str().expect("stage")).collect();
+    assert_eq!(stages, ["retrieve", "memory"]);
+    assert!(v["trace"][1]["llm_calls"].as_u64() >= Some(1), "the answer stage asked the model");
+    let doc = &app.docs()[0];
+    if v["answerable"] == true {
+        let evidence = v["evidence"].as_array().expect("evidence");
+        assert!(!evidence.is_empty(), "an answer cites its pages");
+        for e in evidence {
+            assert_eq!(e["document"], doc["id"]);
+            let page = e["page"].as_u64().expect("page");
+            assert!(page >= 1 && page <= doc["page_count"].as_u64().expect("count"));
+            assert!(!e["snippet"].as_str().expect("snippet").is_empty());
+        }
+    }
+    // Without documents there is nothing to ask about, and the sentence says what to do.
+    let empty = common::Appliance::new();
+    let out = empty.run(&["ask", QUESTION]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("evident ingest"));
+    // An unknown profile is named, with the ones there are.
+    let out = app.run(&["ask", QUESTION, "--profile", "nonesuch"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nonesuch") && err.contains("baseline"), "{err}");
+}
+
+#[test]
+fn swapping_the_verify_stage_mid_stream_drops_nothing_and_mixes_nothing() {
+    let fixture = Fixture::new();
+    let profiles = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        profiles.path().join("swap.toml"),
+        "description = \"hot-swap test\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n\
+         [stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"hostile-ok\" }\n\
+         [stages.memory]\nplugin = \"test-hostile-memory\"\n",
+    )
+    .expect("profile");
+    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 }).expect("runtime"));
+    let registry = evident::plugins::PluginRegistry::new(
+        runtime,
+        fixture.services.store.clone(),
+        common::repo_root().join(".evident/test-plugins"),
+        profiles.path().to_path_buf(),
+    );
+    let swaps_done = std::sync::atomic::AtomicBool::new(false);
+    let labels: Vec<Vec<String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut seen = Vec::new();
+                    let mut after = 0;
+                    // Keep asking until the swaps are over, then a few more.
+                    while after < 3 {
+                        if swaps_done.load(std::sync::atomic::Ordering::SeqCst) {
+                            after += 1;
+                        }
+                        let profile = registry.resolve("swap").expect("resolves");
+                        let out = evident::pipeline::run(registry.runtime(), &profile, fixture.host(), QUESTION).expect("every request completes");
+                        let set: std::collections::BTreeSet<&str> = out.answer.split(',').collect();
+                        assert_eq!(set.len(), 1, "one request, one verify plugin: {}", out.answer);
+                        seen.push(out.answer.split(',').next().unwrap_or_default().to_string());
+                    }
+                    seen
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        registry.swap("swap", StageKind::Verify, "test-labeler-verify").expect("first swap");
+        let now = registry.resolve("swap").expect("resolves");
+        assert_eq!(now.components[&StageKind::Verify].0, "test-labeler-verify", "a new request sees the swap at once");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        registry.swap("swap", StageKind::Verify, "test-hostile-verify").expect("second swap");
+        swaps_done.store(true, std::sync::atomic::Ordering::SeqCst);
+        workers.into_iter().map(|w| w.join().expect("worker")).collect()
+    });
+    let all: Vec<&String> = labels.iter().flatten().collect();
+    assert!(all.iter().all(|l| *l == "hostile-ok" || *l == "labeler"), "{all:?}");
+    assert!(all.iter().any(|l| *l == "labeler"), "some requests ran on the swapped-in plugin: {all:?}");
+    for worker in &labels {
+        assert_eq!(worker.last().map(String::as_str), Some("hostile-ok"), "the last requests run after the swap back");
+    }
+    // The swap is recorded: a fresh registry over the same store resolves the same binding.
+    assert_eq!(fixture.services.store.stage_bindings("swap").expect("bindings"), [("verify".to_string(), "test-hostile-verify".to_string())]);
+}
+
+#[test]
+fn plugins_command_installs_lists_and_refuses_the_wrong_world() {
+    let app = common::Appliance::new();
+    let test_plugins = common::repo_root().join(".evident/test-plugins");
+    let hostile = test_plugins.join("test-hostile-verify.wasm");
+    let out = app.run(&["plugins", "install", hostile.to_str().expect("utf-8"), "--kind", "memory"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not implement the memory stage") && err.contains("`answer`"), "{err}");
+    let labeler = test_plugins.join("test-labeler-verify.wasm");
+    let out = app.ok(&["plugins", "install", labeler.to_str().expect("utf-8"), "--version", "2.0.1"]);
+    assert!(out.contains("installed test-labeler-verify 2.0.1 as a verify stage"), "{out}");
+    let list: Vec<serde_json::Value> = serde_json::from_str(&app.ok(&["plugins", "list", "--json"])).expect("JSON");
+    let names: Vec<&str> = list.iter().map(|p| p["name"].as_str().expect("name")).collect();
+    assert!(names.contains(&"baseline-memory") && names.contains(&"hievi-verify") && names.contains(&"test-labeler-verify"), "{names:?}");
+    let entry = list.iter().find(|p| p["name"] == "test-labeler-verify").expect("listed");
+    assert_eq!(entry["kind"], "verify");
+    assert_eq!(entry["sha256"].as_str().map(str::len), Some(64));
+    let out = app.run(&["plugins", "swap", "memory", "test-labeler-verify", "--profile", "baseline"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a verify stage, not a memory stage"));
+    let out = app.ok(&["plugins", "swap", "verify", "hievi-verify", "--profile", "hievi"]);
+    assert!(out.contains("now runs hievi-verify"), "{out}");
+}
