@@ -263,3 +263,41 @@ fn plugins_command_installs_lists_and_refuses_the_wrong_world() {
     let out = app.ok(&["plugins", "swap", "verify", "hievi-verify", "--profile", "hievi"]);
     assert!(out.contains("now runs hievi-verify"), "{out}");
 }
+
+#[test]
+fn hievi_runs_end_to_end_through_wasmtime() {
+    let fixture = Fixture::new();
+    let profiles = tempfile::tempdir().expect("temp dir");
+    // HiEvi-RAG with small numbers so the embedded model gets through it in a test.
+    std::fs::write(
+        profiles.path().join("hievi-small.toml"),
+        "description = \"HiEvi-RAG, small\"\n[retrieve]\nk = 4\nmode = \"maxsim\"\n\
+         [stages.decompose]\nplugin = \"hievi-decompose\"\nparams = { max_children = 2, max_tokens = 60 }\n\
+         [stages.verify]\nplugin = \"hievi-verify\"\nparams = { window = 2, page_tokens = 80 }\n\
+         [stages.rerank]\nplugin = \"hievi-rerank\"\n\
+         [stages.memory]\nplugin = \"hievi-memory\"\nparams = { window = 2, page_tokens = 80, max_tokens = 32 }\n",
+    )
+    .expect("profile");
+    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
+    let registry = evident::plugins::PluginRegistry::new(
+        runtime,
+        fixture.services.store.clone(),
+        common::repo_root().join(".evident/plugins"),
+        profiles.path().to_path_buf(),
+    );
+    let profile = registry.resolve("hievi-small").expect("all four HiEvi components load");
+    let out = evident::pipeline::run(registry.runtime(), &profile, fixture.host(), QUESTION).expect("answers");
+    let stages: Vec<&str> = out.trace.iter().map(|s| s.stage.as_str()).collect();
+    assert_eq!(stages[..2], ["decompose", "retrieve"]);
+    assert_eq!(stages.last(), Some(&"memory"));
+    let questions = 1 + out.trace[0].output.split(" | ").filter(|q| !q.is_empty()).count();
+    assert!(questions <= 3, "at most two children: {}", out.trace[0].output);
+    assert_eq!(stages.iter().filter(|s| **s == "verify").count(), questions, "each question verified");
+    assert_eq!(stages.iter().filter(|s| **s == "rerank").count(), questions, "each question reranked");
+    assert!(out.llm_calls >= 1 + 4, "decomposition and per-page judging asked the model: {}", out.llm_calls);
+    assert_eq!(out.ranked_pages.len(), 4, "the root keeps all its pages, verified first");
+    if out.answerable {
+        assert!(!out.evidence.is_empty());
+        assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the root's pages");
+    }
+}

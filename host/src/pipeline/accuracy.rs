@@ -80,7 +80,7 @@ fn similarity(a: &str, b: &str) -> f64 {
 }
 
 fn yes_no(text: &str) -> Option<bool> {
-    let first = normalise(text).split_whitespace().next().map(str::to_string)?;
+    let first = normalise(text).split_whitespace().next().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_string())?;
     match first.as_str() {
         "yes" => Some(true),
         "no" => Some(false),
