@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use evident::pipeline::{Outcome, RequestHost, Services};
+use evident::pipeline::{Outcome, RequestHost};
 
 use super::Context;
 
@@ -41,15 +41,7 @@ pub fn run(ctx: &Context, args: AskArgs) -> Result<ExitCode> {
     let registry = ctx.registry(store.clone())?;
     let profile_name = args.profile.clone().unwrap_or_else(|| ctx.config.plugins.default_profile.clone());
     let profile = registry.resolve(&profile_name)?;
-    let images = ctx.config.generator.backend == evident::config::GeneratorBackend::Openai && ctx.config.generator.openai.images;
-    let services = Arc::new(Services {
-        store,
-        lexical: Arc::new(ctx.lexical()?),
-        encoder: Arc::new(ctx.encoder()?),
-        maxsim: Arc::new(ctx.maxsim()?),
-        generator: Arc::from(ctx.generator()?),
-        generator_images: images,
-    });
+    let services = ctx.services(store.clone())?;
     let host = Arc::new(RequestHost::new(services, docs, args.seed));
     let outcome: Outcome = evident::pipeline::run(registry.runtime(), &profile, host, &args.question).context("answering the question")?;
     print_outcome(&outcome, args.trace, args.json)?;

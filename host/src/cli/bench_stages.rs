@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use evident::pipeline::{RequestHost, Services};
+use evident::pipeline::RequestHost;
 use evident::plugins::types::{Candidate, PageRef, StageContext, Verdict};
 use evident::plugins::{StageHost, StageKind};
 
@@ -23,14 +23,7 @@ pub fn run(ctx: &Context, calls: usize, profile: &str, question: &str) -> Result
     }
     let registry = ctx.registry(store.clone())?;
     let runtime = registry.runtime();
-    let services = Arc::new(Services {
-        store: store.clone(),
-        lexical: Arc::new(ctx.lexical()?),
-        encoder: Arc::new(ctx.encoder()?),
-        maxsim: Arc::new(ctx.maxsim()?),
-        generator: Arc::from(ctx.generator()?),
-        generator_images: false,
-    });
+    let services = ctx.services(store.clone())?;
     let host: Arc<dyn StageHost> = Arc::new(RequestHost::new(services.clone(), docs.clone(), 0));
 
     // hievi-rerank does no host calls and little work: its time is the host's overhead.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use evident::pipeline::accuracy::is_correct;
-use evident::pipeline::{RequestHost, Services};
+use evident::pipeline::RequestHost;
 use evident::retrieval::metrics::{recall_at, rr_at};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -54,14 +54,7 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
     anyhow::ensure!(!chosen.is_empty(), "none of the questions' documents is in the store; ingest them first (evident ingest ../shared/bench/docs)");
 
     let registry = ctx.registry(store.clone())?;
-    let services = Arc::new(Services {
-        store: store.clone(),
-        lexical: Arc::new(ctx.lexical()?),
-        encoder: Arc::new(ctx.encoder()?),
-        maxsim: Arc::new(ctx.maxsim()?),
-        generator: Arc::from(ctx.generator()?),
-        generator_images: false,
-    });
+    let services = ctx.services(store.clone())?;
     let mut rows: BTreeMap<String, Row> = BTreeMap::new();
     let mut records = Vec::new();
     for name in profiles {

@@ -101,6 +101,20 @@ impl Context {
         Ok(PluginRegistry::new(runtime, store, p.dir.clone(), p.profiles_dir.clone()))
     }
 
+    /// What a pipeline run uses over `store`: the lexical index, encoder, MaxSim scorer and
+    /// generator, loaded once.
+    pub fn services(&self, store: std::sync::Arc<Store>) -> Result<std::sync::Arc<evident::pipeline::Services>> {
+        let g = &self.config.generator;
+        Ok(std::sync::Arc::new(evident::pipeline::Services {
+            store,
+            lexical: std::sync::Arc::new(self.lexical()?),
+            encoder: std::sync::Arc::new(self.encoder()?),
+            maxsim: std::sync::Arc::new(self.maxsim()?),
+            generator: std::sync::Arc::from(self.generator()?),
+            generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,
+        }))
+    }
+
     /// Binds PDFium.
     pub fn pdf_reader(&self) -> Result<PdfReader> {
         Ok(PdfReader::new(&self.config.pdfium_library)?)
