@@ -67,6 +67,9 @@ fn print_outcome(o: &Outcome, trace: bool, json: bool) -> Result<()> {
         println!("  [{}] {title} ({}), page {}: {}", i + 1, e.document, e.page, e.snippet);
     }
     if trace {
+        for line in &o.log {
+            println!("  log: {line}");
+        }
         println!();
         for s in &o.trace {
             println!("{:<10} {:<18} {:>9.0} ms  {:>2} calls {:>6} tokens", s.stage, s.plugin, s.ms, s.llm_calls, s.tokens);

@@ -78,6 +78,8 @@ pub struct Outcome {
     /// The question's pages in the order the pipeline settled on (after rerank), for retrieval
     /// metrics.
     pub ranked_pages: Vec<(String, u32)>,
+    /// Lines the stages logged.
+    pub log: Vec<String>,
 }
 
 fn brief(text: &str) -> String {
@@ -201,6 +203,7 @@ pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestH
         tokens: host.prompt_tokens.load(Ordering::Relaxed) + host.completion_tokens.load(Ordering::Relaxed),
         trace,
         ranked_pages,
+        log: host.take_log(),
     })
 }
 

@@ -14,6 +14,9 @@ use crate::plugins::types::{self, Candidate, PageRef};
 use crate::retrieval::{LexicalIndex, MaxSimBackend, Ranker, SearchMode};
 use crate::store::{DocumentRecord, Store};
 
+/// Lines of stage log kept per request.
+const MAX_LOG_LINES: usize = 1000;
+
 /// The appliance's parts a pipeline run uses, shared by every request.
 pub struct Services {
     pub store: Arc<Store>,
@@ -222,6 +225,10 @@ impl StageHost for RequestHost {
             types::LogLevel::Info => tracing::info!(target: "evident::stage", "{message}"),
             types::LogLevel::Warn => tracing::warn!(target: "evident::stage", "{message}"),
         }
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).push(message);
+        // A stage that logs without end must not grow the host's memory without end.
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() < MAX_LOG_LINES {
+            log.push(message);
+        }
     }
 }
