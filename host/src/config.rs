@@ -89,6 +89,36 @@ pub struct ComputeConfig {
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub addr: String,
+    /// Bearer tokens and their roles (`[[server.tokens]]`).
+    pub tokens: Vec<TokenConfig>,
+    /// Largest JSON request body, KiB.
+    pub max_body_kib: u64,
+    /// Largest upload (a PDF or a plugin component), MiB.
+    pub max_upload_mib: u64,
+    /// Questions answered at once.
+    pub max_running: usize,
+    /// Questions waiting for a free slot; more than this are answered 429.
+    pub max_queued: usize,
+    /// Seconds a question may take, waiting included.
+    pub request_timeout_s: u64,
+}
+
+/// What a bearer token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Ask questions, read documents, plugins and profiles.
+    Read,
+    /// Everything: upload and delete documents, install and swap plugins.
+    Admin,
+}
+
+/// One `[[server.tokens]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub token: String,
+    pub role: Role,
 }
 
 /// `[ingest]`

@@ -7,4 +7,5 @@ pub mod models;
 pub mod pipeline;
 pub mod plugins;
 pub mod retrieval;
+pub mod server;
 pub mod store;

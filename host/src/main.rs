@@ -44,6 +44,8 @@ enum Command {
     /// Stage plugins: list them, install a component, swap the one behind a stage.
     #[command(subcommand)]
     Plugins(cli::plugins::PluginsCommand),
+    /// Serve the HTTP API and the web page until interrupted.
+    Serve(cli::serve::ServeArgs),
     /// Run the generator on a prompt (streamed), or score candidate replies with --choice.
     Generate(cli::generate::GenerateArgs),
     /// Measure Evident's speed and print a table.
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => cli::eval::run(&ctx, args),
         Command::Ask(args) => cli::ask::run(&ctx, args),
         Command::Plugins(cmd) => cli::plugins::run(&ctx, cmd),
+        Command::Serve(args) => cli::serve::run(&ctx, args),
         Command::Generate(args) => cli::generate::run(&ctx, args),
         Command::Bench(cmd) => cli::bench::run(&ctx, cmd),
     });

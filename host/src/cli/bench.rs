@@ -23,6 +23,8 @@ pub enum BenchCommand {
     Generate(BenchGenerateArgs),
     /// Stage-call overhead of the plugin sandbox, its share of a question, and swap latency.
     Stages(BenchStagesArgs),
+    /// Load on a running `evident serve`: queries/s, p50/p99 latency, 429s and memory at 1, 4, 32 clients.
+    Http(super::bench_http::BenchHttpArgs),
 }
 
 /// Arguments of `evident bench stages`.
@@ -111,6 +113,7 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
             super::bench_generate::run(ctx, &args.backends, args.prompt_tokens, args.decode_tokens, args.python.as_deref())
         }
         BenchCommand::Stages(args) => super::bench_stages::run(ctx, args.calls, &args.profile, &args.question),
+        BenchCommand::Http(args) => super::bench_http::run(ctx, args),
         BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python, args.no_gpu),
     }
 }

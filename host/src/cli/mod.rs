@@ -3,6 +3,7 @@
 pub mod ask;
 pub mod bench;
 pub mod bench_generate;
+pub mod bench_http;
 pub mod bench_maxsim;
 pub mod bench_stages;
 pub mod docs;
@@ -12,6 +13,7 @@ pub mod generate;
 pub mod ingest;
 pub mod plugins;
 pub mod search;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 

@@ -53,6 +53,11 @@ impl IngestProgress {
         self.pages.inc(1);
     }
 
+    /// Pages of the current document read so far.
+    pub fn pages_read(&self) -> u64 {
+        self.pages.position()
+    }
+
     /// One more file finished (ingested, skipped or failed).
     pub fn file_done(&self) {
         self.files.inc(1);

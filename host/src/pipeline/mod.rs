@@ -75,6 +75,9 @@ pub struct Outcome {
     pub ms: f64,
     pub llm_calls: u64,
     pub tokens: u64,
+    /// Of `tokens`, those the model read (prompts, scored choices) and those it wrote.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
     /// The question's pages in the order the pipeline settled on (after rerank), for retrieval
     /// metrics.
     pub ranked_pages: Vec<(String, u32)>,
@@ -92,14 +95,26 @@ fn pages_brief(list: &[Candidate]) -> String {
     format!("{} pages [{}{}]", list.len(), pages.join(" "), if list.len() > 12 { " ..." } else { "" })
 }
 
+/// What a run reports while it goes, for callers that show progress (the server's stream).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum StageEvent {
+    /// A stage began.
+    Started { stage: String, plugin: String, input: String },
+    /// A stage finished.
+    Done(TraceStep),
+}
+
 struct Recorder<'h> {
     host: &'h RequestHost,
     trace: Vec<TraceStep>,
+    observer: &'h dyn Fn(&StageEvent),
 }
 
 impl Recorder<'_> {
     fn step<T>(&mut self, stage: &str, plugin: &str, input: String, run: impl FnOnce() -> T, output: impl FnOnce(&T) -> String) -> T {
         let (calls0, tokens0) = (self.host.llm_calls.load(Ordering::Relaxed), self.tokens());
+        (self.observer)(&StageEvent::Started { stage: stage.into(), plugin: plugin.into(), input: input.clone() });
         let started = Instant::now();
         let out = run();
         self.trace.push(TraceStep {
@@ -111,6 +126,9 @@ impl Recorder<'_> {
             llm_calls: self.host.llm_calls.load(Ordering::Relaxed) - calls0,
             tokens: self.tokens() - tokens0,
         });
+        if let Some(step) = self.trace.last() {
+            (self.observer)(&StageEvent::Done(step.clone()));
+        }
         out
     }
 
@@ -121,6 +139,11 @@ impl Recorder<'_> {
 
 /// Answers `question` with `profile` over the documents of `host`.
 pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestHost>, question: &str) -> Result<Outcome, PipelineError> {
+    run_observed(runtime, profile, host, question, &|_| {})
+}
+
+/// [`run`], telling `observer` as each stage starts and ends.
+pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestHost>, question: &str, observer: &dyn Fn(&StageEvent)) -> Result<Outcome, PipelineError> {
     let started = Instant::now();
     let p = &profile.profile;
     let doc_ids: Vec<String> = host.documents().iter().map(|d| d.id.clone()).collect();
@@ -130,7 +153,7 @@ pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestH
         let plugin = plugin.to_string();
         move |source: PluginError| PipelineError::Stage { stage: kind, plugin, source }
     };
-    let mut rec = Recorder { host: &host, trace: Vec::new() };
+    let mut rec = Recorder { host: &host, trace: Vec::new(), observer };
 
     // Decompose (optional): the plan's sub-questions.
     let plan = match profile.components.get(&StageKind::Decompose) {
@@ -201,6 +224,8 @@ pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestH
         ms: started.elapsed().as_secs_f64() * 1000.0,
         llm_calls: host.llm_calls.load(Ordering::Relaxed),
         tokens: host.prompt_tokens.load(Ordering::Relaxed) + host.completion_tokens.load(Ordering::Relaxed),
+        prompt_tokens: host.prompt_tokens.load(Ordering::Relaxed),
+        completion_tokens: host.completion_tokens.load(Ordering::Relaxed),
         trace,
         ranked_pages,
         log: host.take_log(),

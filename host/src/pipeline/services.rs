@@ -2,7 +2,7 @@
 //! the generator, a seeded random source; with counts of model calls and tokens for the trace.
 
 use std::sync::{Arc, Mutex};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -38,6 +38,9 @@ pub struct RequestHost {
     pub prompt_tokens: AtomicU64,
     pub completion_tokens: AtomicU64,
     log: Mutex<Vec<String>>,
+    /// Set when nobody waits for the answer any more (a timeout, a closed connection): the
+    /// next host call fails, so the run ends at its next step instead of running on.
+    cancelled: AtomicBool,
 }
 
 impl RequestHost {
@@ -51,7 +54,17 @@ impl RequestHost {
             prompt_tokens: AtomicU64::new(0),
             completion_tokens: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
+            cancelled: AtomicBool::new(false),
         }
+    }
+
+    /// Ends the run at its next host call.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    fn live(&self) -> Result<(), String> {
+        if self.cancelled.load(Ordering::Relaxed) { Err("the request was cancelled (it timed out or its client went away)".into()) } else { Ok(()) }
     }
 
     /// The documents in scope.
@@ -71,6 +84,7 @@ impl RequestHost {
 
     /// The ranked pages for several questions at once (the host's retrieve step).
     pub fn retrieve(&self, questions: &[&str], mode: SearchMode, k: u32, docs: &[DocumentRecord]) -> Result<Vec<Vec<Candidate>>, String> {
+        self.live()?;
         let s = &self.services;
         let ranker = Ranker { store: &s.store, lexical: &s.lexical, encoder: Some(&s.encoder), maxsim: &s.maxsim, alpha: 0.5 };
         let hits = ranker.rank(questions, docs, mode, k as usize).map_err(|e| e.to_string())?;
@@ -87,6 +101,7 @@ impl RequestHost {
 
     /// A stored page in scope.
     pub fn page_record(&self, page: &PageRef) -> Result<crate::store::PageRecord, String> {
+        self.live()?;
         let doc = self.document(&page.document)?;
         if page.page == 0 || page.page > doc.page_count {
             return Err(format!("document {} has no page {} (it has {})", doc.id, page.page, doc.page_count));
@@ -110,6 +125,7 @@ fn block_kind(block: &crate::store::Block, body_size: f32) -> &'static str {
 
 impl StageHost for RequestHost {
     fn generate(&self, request: types::GenerateRequest) -> Result<types::Generation, String> {
+        self.live()?;
         let mut messages = Vec::new();
         if !request.system.is_empty() {
             messages.push(Message::text("system", request.system));
@@ -143,6 +159,8 @@ impl StageHost for RequestHost {
     }
 
     fn score_choices(&self, system: String, prompt: String, choices: Vec<String>) -> Result<Vec<f32>, String> {
+        self.live()?;
+        let prompt_tokens = self.services.generator.count_tokens(&system) + self.services.generator.count_tokens(&prompt);
         let mut messages = Vec::new();
         if !system.is_empty() {
             messages.push(Message::text("system", system));
@@ -150,6 +168,9 @@ impl StageHost for RequestHost {
         messages.push(Message::text("user", prompt));
         let scores = self.services.generator.score_choices(&messages, &choices).map_err(|e| e.to_string())?;
         self.llm_calls.fetch_add(1, Ordering::Relaxed);
+        // Each choice is read once after the prompt: count the prompt and every choice.
+        let choice_tokens: usize = choices.iter().map(|c| self.services.generator.count_tokens(c)).sum();
+        self.prompt_tokens.fetch_add((prompt_tokens + choice_tokens) as u64, Ordering::Relaxed);
         Ok(scores.into_iter().map(|s| s.logprob).collect())
     }
 

@@ -81,7 +81,8 @@ impl PluginRegistry {
                 (None, PluginError::WrongWorld { .. }) => PipelineError::Host(format!(
                     "{name} implements none of the stage worlds (decompose-stage, verify-stage, rerank-stage, memory-stage) of evident:pipeline@0.1.0"
                 )),
-                (_, err) => PipelineError::Stage { stage: kind.unwrap_or(StageKind::Memory), plugin: name.to_string(), source: err },
+                (Some(kind), err) => PipelineError::Stage { stage: kind, plugin: name.to_string(), source: err },
+                (None, err) => PipelineError::Host(format!("{name} cannot be installed: {err}")),
             });
         };
         let installed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());

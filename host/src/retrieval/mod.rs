@@ -84,6 +84,17 @@ pub fn index_document(
     encoder: &TextEncoder,
     doc: &DocumentRecord,
 ) -> Result<bool, RetrievalError> {
+    index_document_with(store, lexical, encoder, doc, &|_| {})
+}
+
+/// [`index_document`], telling `on_encoded` how many pages have their vectors so far.
+pub fn index_document_with(
+    store: &Store,
+    lexical: &LexicalIndex,
+    encoder: &TextEncoder,
+    doc: &DocumentRecord,
+    on_encoded: &dyn Fn(u32),
+) -> Result<bool, RetrievalError> {
     let mut state = store.index_state(doc)?;
     let wants_vectors = !has_current_vectors(&state);
     if !wants_vectors && state.lexical {
@@ -105,6 +116,7 @@ pub fn index_document(
             for ((n, _), tv) in chunk.iter().zip(encoder.token_vectors(&texts)?) {
                 vectors.push((*n, tv.vectors.iter().map(|&x| half::f16::from_f32(x)).collect()));
             }
+            on_encoded(vectors.len() as u32);
         }
         state.vectors_by = Some(ENCODER_ID.to_string());
         store.put_page_vectors(doc, &vectors, &state)?;
@@ -213,6 +225,6 @@ impl Ranker<'_> {
 }
 
 /// Whether a document's stored token vectors come from the current encoder.
-fn has_current_vectors(state: &IndexState) -> bool {
+pub fn has_current_vectors(state: &IndexState) -> bool {
     state.vectors_by.as_deref() == Some(ENCODER_ID)
 }

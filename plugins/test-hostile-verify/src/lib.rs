@@ -1,7 +1,9 @@
 //! For the tests only: a verify stage that misbehaves on request (parameter `behaviour`):
 //! `loop` spins forever, `memory` allocates without end, `trap` panics, `foreign-page` judges a
-//! page it was not given, `sleep` waits on the host forever; anything else marks every page
-//! relevant, labelled with the behaviour's name (so a test can tell which plugin answered).
+//! page it was not given, `host-loop` keeps reading a page until the host refuses (a request
+//! cancelled from outside ends that way); anything else marks every page
+//! relevant, labelled with the behaviour's name (so a test can tell which plugin answered),
+//! after busy-working `spin` rounds first (default 0: a slow but well-behaved stage).
 
 wit_bindgen::generate!({
     world: "verify-stage",
@@ -32,6 +34,12 @@ impl Guest for Hostile {
                 }
             }
             "trap" => panic!("this stage panics on purpose"),
+            "host-loop" => {
+                let first = candidates.first().ok_or("no pages")?.page.clone();
+                loop {
+                    stage_kit::host::page(&first)?;
+                }
+            }
             "foreign-page" => Ok(vec![Verdict {
                 page: PageRef { document: "0000000000000000".into(), page: 1 },
                 relevant: true,
@@ -39,10 +47,18 @@ impl Guest for Hostile {
                 score: None,
                 notes: String::new(),
             }]),
-            label => Ok(candidates
+            label => {
+                let spin: u64 = param(&ctx, "spin", 0)?;
+                let mut x: u64 = 0;
+                for _ in 0..spin {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+                std::hint::black_box(x);
+                Ok(candidates
                 .into_iter()
                 .map(|c| Verdict { page: c.page, relevant: true, label: label.to_string(), score: None, notes: String::new() })
-                .collect()),
+                .collect())
+            }
         }
     }
 }

@@ -1,0 +1,473 @@
+//! `evident serve` over real sockets: every endpoint with its roles and errors, uploads that
+//! become searchable documents, a broken and an oversized upload, a plugin installed and
+//! swapped over HTTP, overload shed with 429 and then normal service, a timed-out question that
+//! frees its slot, graceful shutdown, the `openai` Python client, and the web page in headless
+//! Chromium.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token-for-tests";
+const READ: &str = "read-token-for-tests";
+const SENIORS: &str = "mmlongbench-doc/PIP_Seniors-and-Tech-Use_040314.pdf";
+const SMALL: &str = "financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf";
+
+/// Profiles the tests run: the real plugins with small budgets, and test components.
+const PROFILES: &[(&str, &str)] = &[
+    // The real baseline answer stage and the embedded model, kept short.
+    ("answer", "description = \"Baseline, short\"\n[retrieve]\nk = 2\nmode = \"hybrid\"\n[stages.memory]\nplugin = \"baseline-memory\"\nparams = { top_k = 2, page_tokens = 120, max_tokens = 12 }\n"),
+    // No model: verify labels each page, memory answers with the labels (shows which plugin ran).
+    ("quick", "description = \"Labels only\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"first\" }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n"),
+    // As quick, but the verify stage busy-works first.
+    ("slow", "description = \"Labels after a busy wait\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"slow\", spin = 400000000 }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n"),
+    // A verify stage that keeps calling the host until the host refuses.
+    ("stuck", "description = \"Never finishes by itself\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"host-loop\" }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n"),
+];
+
+/// A running `evident serve` with a store, profiles and plugins of its own.
+struct Server {
+    child: Child,
+    url: String,
+    app: common::Appliance,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Ingests `pdfs`, then serves with `server` settings (TOML lines under `[server]`).
+    fn start(pdfs: &[&str], server: &str) -> Server {
+        let app = common::Appliance::new();
+        if !pdfs.is_empty() {
+            let paths: Vec<PathBuf> = pdfs.iter().map(|p| common::bench_pdf(p)).collect();
+            let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+            app.ingest(&refs, &[]);
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let profiles = dir.path().join("profiles");
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&profiles).expect("profiles dir");
+        std::fs::create_dir_all(&plugins).expect("plugins dir");
+        for (name, text) in PROFILES {
+            std::fs::write(profiles.join(format!("{name}.toml")), text).expect("profile");
+        }
+        let root = common::repo_root();
+        for built in [root.join(".evident/plugins"), root.join(".evident/test-plugins")] {
+            for entry in std::fs::read_dir(&built).expect("plugins are built (scripts/build-plugins.sh)") {
+                let path = entry.expect("entry").path();
+                if path.extension().is_some_and(|e| e == "wasm") && !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test-labeler")) {
+                    std::fs::copy(&path, plugins.join(path.file_name().expect("name"))).expect("copy plugin");
+                }
+            }
+        }
+        let config = dir.path().join("appliance.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[compute]\nbackend = \"cpu\"\n[server]\n{server}\ntokens = [{{ token = \"{ADMIN}\", role = \"admin\" }}, {{ token = \"{READ}\", role = \"read\" }}]\n[plugins]\ndir = \"{}\"\nprofiles_dir = \"{}\"\ndefault_profile = \"quick\"\n",
+                plugins.display(),
+                profiles.display()
+            ),
+        )
+        .expect("config");
+        let mut child = app
+            .command()
+            .arg("--config")
+            .arg(&config)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("evident serve starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines.next().expect("serve printed its address").expect("line");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().expect("url").to_string();
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, url, app, _dir: dir }
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(600))).build().into()
+    }
+
+    /// `method path` with `token` and an optional JSON body: (status, headers, body bytes).
+    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<(&str, Vec<u8>)>) -> Reply {
+        let url = format!("{}{path}", self.url);
+        let agent = Server::agent();
+        let mut builder = ureq::http::Request::builder().method(method).uri(&url);
+        if let Some(t) = token {
+            builder = builder.header("Authorization", format!("Bearer {t}"));
+        }
+        let response = match body {
+            Some((content_type, bytes)) => agent.run(builder.header("Content-Type", content_type).body(bytes).expect("request")),
+            None => agent.run(builder.body(()).expect("request")),
+        }
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let mut bytes = Vec::new();
+        response.into_body().into_reader().read_to_end(&mut bytes).expect("body");
+        Reply { status, headers, bytes }
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        self.call("GET", path, token, None)
+    }
+
+    fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
+        self.call("POST", path, token, Some(("application/json", body.to_string().into_bytes())))
+    }
+
+    fn upload(&self, token: &str, file_name: &str, bytes: &[u8]) -> Reply {
+        let boundary = "evident-test-boundary-7d1f";
+        let mut body = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: application/pdf\r\n\r\n").into_bytes();
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        self.call("POST", "/v1/documents", Some(token), Some((&format!("multipart/form-data; boundary={boundary}"), body)))
+    }
+
+    fn documents(&self) -> Vec<Value> {
+        self.get("/v1/documents", Some(READ)).json()["documents"].as_array().cloned().expect("documents")
+    }
+
+    fn ask(&self, body: Value) -> Reply {
+        self.post_json("/v1/query", Some(READ), &body)
+    }
+
+    fn terminate(&self) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: ureq::http::HeaderMap,
+    bytes: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    fn error(&self) -> String {
+        self.json()["error"]["message"].as_str().unwrap_or_default().to_string()
+    }
+
+    fn expect(self, status: u16, what: &str) -> Reply {
+        assert_eq!(self.status, status, "{what}: {}", self.text());
+        self
+    }
+}
+
+fn is_png(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x89PNG\r\n\x1a\n")
+}
+
+/// Server-sent events of a body: (event name, data).
+fn events(text: &str) -> Vec<(String, String)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut name = "message".to_string();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event:") {
+                    name = n.trim().to_string();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.trim());
+                }
+            }
+            (!data.is_empty()).then_some((name, data))
+        })
+        .collect()
+}
+
+#[test]
+fn every_endpoint_answers_with_its_role_and_plain_errors() {
+    let s = Server::start(&[SENIORS], "max_body_kib = 16\nmax_upload_mib = 1\nmax_running = 1\nmax_queued = 4\nrequest_timeout_s = 300");
+
+    // Only /healthz answers without a token; a wrong token is 401 too.
+    assert_eq!(s.get("/healthz", None).expect(200, "healthz").json()["status"], "ok");
+    for path in ["/v1/documents", "/v1/plugins", "/v1/profiles", "/metrics", "/openapi.json", "/v1/models"] {
+        let r = s.get(path, None).expect(401, path);
+        assert!(r.headers.get("www-authenticate").is_some(), "{path} names the scheme");
+        assert!(r.error().contains("token"), "{path}: {}", r.error());
+        s.get(path, Some("not-a-token")).expect(401, path);
+    }
+    let page = s.get("/", None).expect(200, "web page");
+    assert!(page.text().contains("<title>Evident</title>"));
+    assert!(s.get("/app.js", None).expect(200, "script").text().contains("/v1/query"));
+    s.get("/style.css", None).expect(200, "style");
+    let api = s.get("/openapi.json", Some(READ)).expect(200, "openapi").json();
+    assert!(api["paths"]["/v1/query"]["post"].is_object());
+    s.get("/v1/nothing-here", Some(READ)).expect(404, "unknown path");
+
+    // Documents: list, show, page images with and without boxes.
+    let docs = s.documents();
+    assert_eq!(docs.len(), 1);
+    let id = docs[0]["id"].as_str().expect("id").to_string();
+    assert_eq!(docs[0]["indexed"], true);
+    let shown = s.get(&format!("/v1/documents/{id}"), Some(READ)).expect(200, "show").json();
+    assert_eq!(shown["pages"], docs[0]["pages"]);
+    assert!(shown["outline"].is_array());
+    s.get("/v1/documents/0123456789abcdef", Some(READ)).expect(404, "unknown document");
+    let plain = s.get(&format!("/v1/documents/{id}/pages/2/image"), Some(READ)).expect(200, "page image");
+    assert!(is_png(&plain.bytes));
+    let boxed = s.get(&format!("/v1/documents/{id}/pages/2/image?boxes=50,60,300,200"), Some(READ)).expect(200, "boxed image");
+    assert!(is_png(&boxed.bytes) && boxed.bytes != plain.bytes, "the box changes the picture");
+    s.get(&format!("/v1/documents/{id}/pages/2/image?boxes=1,2,3"), Some(READ)).expect(400, "bad box");
+    s.get(&format!("/v1/documents/{id}/pages/0/image"), Some(READ)).expect(404, "page 0");
+
+    // A question, answered by the quick profile's components, cites real pages with boxes.
+    let r = s.ask(json!({ "question": "What share of seniors go online?", "trace": true })).expect(200, "query").json();
+    assert_eq!(r["profile"], "quick");
+    assert_eq!(r["answer"], "first,first,first", "the verify plugin's labels reach the answer");
+    let cited = &r["evidence"][0];
+    assert_eq!(cited["document"], id.as_str());
+    let n = cited["page"].as_u64().expect("page");
+    assert!(n >= 1 && n <= docs[0]["pages"].as_u64().expect("pages"));
+    assert!(!cited["snippet"].as_str().expect("snippet").is_empty());
+    let image_url = cited["image_url"].as_str().expect("image url");
+    assert!(is_png(&s.get(image_url, Some(READ)).expect(200, "cited image").bytes));
+    let stages: Vec<&str> = r["trace"].as_array().expect("trace").iter().map(|t| t["stage"].as_str().expect("stage")).collect();
+    assert_eq!(stages, ["retrieve", "verify", "memory"]);
+
+    // The streaming variant reports each stage, then the answer.
+    let streamed = s.ask(json!({ "question": "What share of seniors go online?", "stream": true })).expect(200, "stream");
+    assert!(streamed.headers.get("content-type").expect("type").to_str().expect("ascii").starts_with("text/event-stream"));
+    let evs = events(&streamed.text());
+    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.last(), Some(&"answer"), "{names:?}");
+    let done: Vec<String> = evs
+        .iter()
+        .filter(|(n, _)| n == "stage")
+        .map(|(_, d)| serde_json::from_str::<Value>(d).expect("stage JSON"))
+        .filter(|v| v["status"] == "done")
+        .map(|v| v["stage"].as_str().expect("stage").to_string())
+        .collect();
+    assert_eq!(done, ["retrieve", "verify", "memory"]);
+    let last: Value = serde_json::from_str(&evs.last().expect("answer").1).expect("answer JSON");
+    assert_eq!(last["answer"], "first,first,first");
+
+    // Questions that cannot run say why.
+    assert!(s.ask(json!({ "question": "  " })).expect(400, "empty").error().contains("empty"));
+    assert!(s.ask(json!({ "question": "q", "profile": "nope" })).expect(400, "unknown profile").error().contains("no profile named nope"));
+    assert!(s.ask(json!({ "question": "q", "documents": ["no-such-file.pdf"] })).expect(404, "unknown document").error().contains("no document"));
+    s.call("POST", "/v1/query", Some(READ), Some(("application/json", b"{\"question\": ".to_vec()))).expect(400, "broken JSON");
+    s.ask(json!({ "question": "q", "colour": "red" })).expect(422, "unknown field");
+    let long = "word ".repeat(8000);
+    assert!(s.ask(json!({ "question": long })).expect(413, "oversized body").error().contains("max_body_kib"));
+
+    // Uploads need an admin token; a broken PDF and an oversized one store nothing.
+    let small = std::fs::read(common::bench_pdf(SMALL)).expect("pdf");
+    assert!(s.upload(READ, "x.pdf", &small).expect(403, "read token uploads").error().contains("admin"));
+    let broken = s.upload(ADMIN, "broken.pdf", b"%PDF-1.7\nthis is not really a PDF\n%%EOF\n").expect(422, "broken PDF");
+    assert!(broken.error().contains("broken.pdf"), "{}", broken.error());
+    let big = vec![b'x'; 1_300_000];
+    assert!(s.upload(ADMIN, "big.pdf", &big).expect(413, "oversized upload").error().contains("max_upload_mib"));
+    assert_eq!(s.documents().len(), 1, "nothing was stored");
+    assert!(!s.app.data.path().join("uploads").exists() || std::fs::read_dir(s.app.data.path().join("uploads")).expect("dir").count() == 0);
+
+    // A real upload becomes a job, then a searchable document.
+    let job = s.upload(ADMIN, "pepsico-8k.pdf", &small).expect(202, "upload").json()["job"].clone();
+    let job_id = job["id"].as_str().expect("job id").to_string();
+    let started = Instant::now();
+    let job = loop {
+        let j = s.get(&format!("/v1/jobs/{job_id}"), Some(READ)).expect(200, "job").json()["job"].clone();
+        if j["state"] == "done" || j["state"] == "failed" {
+            break j;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "ingest finishes");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["pages_read"], job["pages"]);
+    assert_eq!(job["pages_indexed"], job["pages"]);
+    let new_id = job["document"].as_str().expect("document").to_string();
+    let docs = s.documents();
+    assert_eq!(docs.len(), 2);
+    assert!(docs.iter().any(|d| d["id"] == new_id.as_str() && d["indexed"] == true && d["file_name"] == "pepsico-8k.pdf"));
+    let r = s.ask(json!({ "question": "PepsiCo shareholder vote", "documents": [new_id] })).expect(200, "scoped query").json();
+    assert_eq!(r["evidence"][0]["document"], new_id.as_str());
+    assert_eq!(s.upload(ADMIN, "again.pdf", &small).expect(200, "same bytes").json()["already_present"], true);
+    s.get("/v1/jobs/job-999", Some(READ)).expect(404, "unknown job");
+
+    // Plugins: list, refuse junk, install a component, swap it in, and see it answer.
+    let plugins = s.get("/v1/plugins", Some(READ)).expect(200, "plugins").json();
+    assert!(plugins["plugins"].as_array().expect("list").iter().any(|p| p["name"] == "baseline-memory"));
+    let install = |name: &str, bytes: Vec<u8>, token: &str| s.call("POST", &format!("/v1/plugins?name={name}"), Some(token), Some(("application/wasm", bytes)));
+    assert!(install("junk", b"not wasm".to_vec(), ADMIN).expect(422, "junk plugin").error().contains("junk cannot be installed"));
+    let labeler = std::fs::read(common::repo_root().join(".evident/test-plugins/test-labeler-verify.wasm")).expect("labeler built");
+    install("labeler", labeler.clone(), READ).expect(403, "read token installs");
+    assert_eq!(install("labeler", labeler, ADMIN).expect(201, "install").json()["plugin"]["kind"], "verify");
+    let swap = |stage: &str, plugin: &str, token: &str| s.call("PUT", &format!("/v1/profiles/quick/stages/{stage}"), Some(token), Some(("application/json", json!({ "plugin": plugin }).to_string().into_bytes())));
+    swap("verify", "labeler", READ).expect(403, "read token swaps");
+    swap("judge", "labeler", ADMIN).expect(400, "unknown stage");
+    swap("memory", "labeler", ADMIN).expect(400, "a verify plugin behind memory");
+    swap("verify", "labeler", ADMIN).expect(200, "swap");
+    let r = s.ask(json!({ "question": "What share of seniors go online?", "documents": [id] })).expect(200, "after swap").json();
+    assert_eq!(r["answer"], "labeler,labeler,labeler");
+    let profiles = s.get("/v1/profiles", Some(READ)).expect(200, "profiles").json();
+    let quick = profiles["profiles"].as_array().expect("profiles").iter().find(|p| p["name"] == "quick").cloned().expect("quick");
+    assert_eq!(quick["stages"]["verify"], "labeler");
+    let models = s.get("/v1/models", Some(READ)).expect(200, "models").json();
+    assert!(models["data"].as_array().expect("models").iter().any(|m| m["id"] == "answer"));
+
+    // Delete: admin only; then the document is gone everywhere.
+    s.call("DELETE", &format!("/v1/documents/{new_id}"), Some(READ), None).expect(403, "read token deletes");
+    s.call("DELETE", &format!("/v1/documents/{new_id}"), Some(ADMIN), None).expect(200, "delete");
+    s.get(&format!("/v1/documents/{new_id}"), Some(READ)).expect(404, "deleted");
+    assert_eq!(s.documents().len(), 1);
+
+    // Metrics count what happened.
+    let metrics = s.get("/metrics", Some(READ)).expect(200, "metrics").text();
+    assert!(metrics.contains("evident_http_requests_total{method=\"POST\",route=\"/v1/query\",status=\"200\"}"), "{metrics}");
+    assert!(metrics.contains("evident_documents 1"), "{metrics}");
+    assert!(metrics.contains("evident_ingest_jobs_total{outcome=\"done\"} 1"), "{metrics}");
+}
+
+#[test]
+fn overload_is_shed_with_429_then_service_resumes_and_a_timeout_frees_its_slot() {
+    let s = Arc::new(Server::start(&[SENIORS], "max_running = 1\nmax_queued = 1\nrequest_timeout_s = 20"));
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let r = s.ask(json!({ "question": "What share of seniors go online?", "profile": "slow" }));
+                (r.status, r.headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()), r.text())
+            })
+        })
+        .collect();
+    let results: Vec<_> = clients.into_iter().map(|c| c.join().expect("client")).collect();
+    let ok = results.iter().filter(|r| r.0 == 200).count();
+    let shed: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
+    assert_eq!(ok + shed.len(), 6, "only 200 or 429: {results:?}");
+    assert!(ok >= 1 && shed.len() >= 2, "one runs, one waits, the rest are shed: {results:?}");
+    for r in &shed {
+        assert!(r.1.is_some_and(|s| s >= 1), "429 carries Retry-After: {r:?}");
+        assert!(r.2.contains("busy"), "{}", r.2);
+    }
+    let metrics = s.get("/metrics", Some(READ)).expect(200, "metrics").text();
+    assert!(metrics.contains(&format!("evident_pipeline_rejected_total {}", shed.len())), "{metrics}");
+    s.ask(json!({ "question": "What share of seniors go online?" })).expect(200, "normal service after the burst");
+
+    // A question that would never end is stopped at the timeout, and its slot comes back.
+    let started = Instant::now();
+    let r = s.ask(json!({ "question": "What share of seniors go online?", "profile": "stuck" })).expect(504, "timeout");
+    assert!(r.error().contains("request_timeout_s"), "{}", r.error());
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let started = Instant::now();
+    loop {
+        let r = s.ask(json!({ "question": "What share of seniors go online?" }));
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert!(started.elapsed() < Duration::from_secs(60), "the stopped run gives its slot back");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn shutdown_lets_the_running_question_finish() {
+    let mut s = Server::start(&[SENIORS], "max_running = 1\nmax_queued = 2\nrequest_timeout_s = 120");
+    let url = s.url.clone();
+    let asker = std::thread::spawn(move || {
+        let agent = Server::agent();
+        let mut r = agent
+            .post(format!("{url}/v1/query"))
+            .header("Authorization", format!("Bearer {READ}"))
+            .header("Content-Type", "application/json")
+            .send(json!({ "question": "What share of seniors go online?", "profile": "slow" }).to_string())
+            .expect("the running request is answered");
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
+    });
+    // Wait until the question holds the pipeline slot, then ask the server to stop.
+    let started = Instant::now();
+    while !s.get("/metrics", Some(READ)).text().contains("evident_pipeline_running 1") {
+        assert!(started.elapsed() < Duration::from_secs(60), "the question starts");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.terminate();
+    let (status, body) = asker.join().expect("asker");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("slow,slow,slow"), "{body}");
+    let started = Instant::now();
+    let code = loop {
+        if let Some(code) = s.child.try_wait().expect("wait") {
+            break code;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the server exits after the request");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(code.success(), "{code:?}");
+    assert!(Server::agent().get(format!("{}/healthz", s.url)).call().is_err(), "nothing listens any more");
+}
+
+fn venv_python() -> PathBuf {
+    let python = common::repo_root().join(".evident/venv/bin/python");
+    assert!(python.exists(), "set-up makes .evident/venv (bash scripts/setup.sh)");
+    python
+}
+
+#[test]
+fn the_openai_python_client_talks_to_chat_completions() {
+    let s = Server::start(&[SENIORS], "max_running = 1\nmax_queued = 4\nrequest_timeout_s = 600");
+    let script = common::repo_root().join("tests/fixtures/openai_client_check.py");
+    let out = Command::new(venv_python())
+        .arg(&script)
+        .args(["--base-url", &format!("{}/v1", s.url), "--token", READ, "--model", "answer"])
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "openai client check failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("non-streaming ok") && stdout.contains("streaming ok") && stdout.contains("models ok"), "{stdout}");
+}
+
+#[test]
+fn the_web_page_signs_in_uploads_asks_and_opens_a_citation_in_chromium() {
+    let s = Server::start(&[], "max_running = 1\nmax_queued = 4\nrequest_timeout_s = 600");
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let screenshot = artifacts.join("web-page.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let script = common::repo_root().join("tests/browser/web_page_check.py");
+    let out = Command::new(venv_python())
+        .arg(&script)
+        .args(["--url", &s.url, "--token", ADMIN, "--pdf"])
+        .arg(common::bench_pdf(SENIORS).canonicalize().expect("the PDF exists"))
+        .args(["--question", "What share of seniors go online?", "--profile", "answer", "--screenshot"])
+        .arg(&screenshot)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "browser check failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let png = std::fs::read(&screenshot).expect("a screenshot is kept");
+    assert!(is_png(&png) && png.len() > 10_000, "screenshot at {}", screenshot.display());
+    eprintln!("screenshot: {}", screenshot.display());
+    // The upload went through the page into the store.
+    assert_eq!(s.documents().len(), 1);
+}
