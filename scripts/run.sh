@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets everything up, builds Evident in release mode and runs it on its embedded defaults.
 # With no arguments it ingests three sample PDFs from ../shared/bench/docs (a paper, a filing,
-# a report), runs a sample search, answers a sample question with cited pages and lists the
-# store; with arguments it runs
-# `evident ARGS...` (for example `bash scripts/run.sh ingest ../shared/bench/docs`).
+# a report), runs a sample search, answers a sample question with cited pages, then serves the
+# HTTP API and web page (`evident serve`, printing the address and a token) until Ctrl-C;
+# with arguments it runs `evident ARGS...` (for example `bash scripts/run.sh ingest ../shared/bench/docs`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -24,3 +24,4 @@ else
   echo "run: no sample PDFs under $DOCS; ingest your own with: $EVIDENT ingest <PDF or folder>"
 fi
 "$EVIDENT" docs
+exec "$EVIDENT" serve

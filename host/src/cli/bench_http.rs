@@ -80,7 +80,20 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
     let Some(before) = resident_mib(&url, &args.token) else {
         bail!("no server answers at {url}/metrics with that token; start one with `evident serve` and pass --token");
     };
-    println!("{} questions from {}, {} s a level, against {url}", questions.len(), args.questions.display(), args.seconds);
+    // Only questions whose document the server holds, fully indexed.
+    let mut r = agent().get(format!("{url}/v1/documents")).header("Authorization", &format!("Bearer {}", args.token)).call()?;
+    let docs: Value = serde_json::from_str(&r.body_mut().read_to_string()?)?;
+    let ready: Vec<(String, u64)> = docs["documents"]
+        .as_array()
+        .map(|a| a.iter().filter(|d| d["indexed"] == true).filter_map(|d| Some((d["file_name"].as_str()?.to_string(), d["pages"].as_u64()?))).collect())
+        .unwrap_or_default();
+    let all = questions.len();
+    let questions: Vec<(String, String)> = questions.into_iter().filter(|(_, doc)| ready.iter().any(|(f, _)| f == doc)).collect();
+    if questions.is_empty() {
+        bail!("the server holds none of the questions' documents indexed; ingest them (`evident ingest ../shared/bench/docs`) first");
+    }
+    let pages: u64 = ready.iter().map(|(_, p)| p).sum();
+    println!("{} of {all} questions (their documents are indexed on the server: {} documents, {pages} pages), {} s a level, against {url}", questions.len(), ready.len(), args.seconds);
     println!("{:>7} {:>8} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}", "clients", "requests", "ok", "429", "other", "ok q/s", "p50 s", "p99 s", "RSS0 MiB", "peak MiB");
     let questions = Arc::new(questions);
     let next = Arc::new(AtomicUsize::new(0));
