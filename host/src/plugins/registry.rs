@@ -21,7 +21,9 @@ pub struct PluginRegistry {
     /// Components shipped with the appliance (`<name>.wasm`), installed on first use.
     bundled_dir: PathBuf,
     profiles_dir: PathBuf,
-    compiled: Mutex<HashMap<String, Arc<Component>>>,
+    /// Compiled components by sha256 and the stage kind they were checked against: a component
+    /// checked as one kind must not pass as another from the cache.
+    compiled: Mutex<HashMap<(String, StageKind), Arc<Component>>>,
     live: RwLock<HashMap<String, Arc<ResolvedProfile>>>,
 }
 
@@ -45,11 +47,12 @@ impl PluginRegistry {
     }
 
     fn compile(&self, sha256: &str, wasm: &[u8], kind: StageKind) -> Result<Arc<Component>, PluginError> {
-        if let Some(c) = self.compiled.lock().map_err(|_| PluginError::Runtime("poisoned lock".into()))?.get(sha256) {
+        let key = (sha256.to_string(), kind);
+        if let Some(c) = self.compiled.lock().map_err(|_| PluginError::Runtime("poisoned lock".into()))?.get(&key) {
             return Ok(c.clone());
         }
         let component = Arc::new(self.runtime.compile(wasm, kind)?);
-        self.compiled.lock().map_err(|_| PluginError::Runtime("poisoned lock".into()))?.insert(sha256.to_string(), component.clone());
+        self.compiled.lock().map_err(|_| PluginError::Runtime("poisoned lock".into()))?.insert(key, component.clone());
         Ok(component)
     }
 
