@@ -16,7 +16,8 @@ use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::query::{answer_with_sources, execute, prepare, respond, to_value};
+use super::gate::Ticket;
+use super::query::{QueryResponse, answer_with_sources, execute, prepare, to_value};
 use super::{ApiError, AppState};
 use crate::pipeline::Profile;
 
@@ -71,8 +72,9 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: Result<Json<C
     let profile = profiles.iter().find(|p| **p == req.model).cloned();
     let prepared = prepare(&state, &question, &req.documents, profile.as_deref(), 0)?;
     let id = format!("chatcmpl-{:x}", now() ^ (std::process::id() as u64) << 32 ^ rand::random::<u32>() as u64);
+    let ticket = state.gate.admit()?;
     if !req.stream {
-        let o = respond(execute(state, prepared, None).await?, false);
+        let o = QueryResponse::new(execute(state, ticket, prepared, None).await?, false);
         let content = answer_with_sources(&o);
         return Ok(Json(json!({
             "id": id,
@@ -85,13 +87,10 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: Result<Json<C
         }))
         .into_response());
     }
-    if state.gate.load() >= state.config.server.max_running + state.config.server.max_queued {
-        drop(state.gate.admit()?);
-    }
-    Ok(Sse::new(stream_chat(state, prepared, id)).keep_alive(KeepAlive::default()).into_response())
+    Ok(Sse::new(stream_chat(state, ticket, prepared, id)).keep_alive(KeepAlive::default()).into_response())
 }
 
-fn stream_chat(state: Arc<AppState>, prepared: super::query::Prepared, id: String) -> impl Stream<Item = Result<Event, Infallible>> {
+fn stream_chat(state: Arc<AppState>, ticket: Ticket, prepared: super::query::Prepared, id: String) -> impl Stream<Item = Result<Event, Infallible>> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
     tokio::spawn(async move {
         let chunk = |model: &str, delta: Value, finish: Option<&str>, extra: Option<Value>| {
@@ -103,9 +102,9 @@ fn stream_chat(state: Arc<AppState>, prepared: super::query::Prepared, id: Strin
         };
         let model = prepared.profile.profile.name.clone();
         let _ = tx.send(chunk(&model, json!({ "role": "assistant", "content": "" }), None, None));
-        match execute(state, prepared, None).await {
+        match execute(state, ticket, prepared, None).await {
             Ok(outcome) => {
-                let o = respond(outcome, false);
+                let o = QueryResponse::new(outcome, false);
                 let text = answer_with_sources(&o);
                 // The pipeline writes its answer whole; it goes out in a few pieces as a stream would.
                 let mut piece = String::new();

@@ -66,11 +66,6 @@ impl RunGate {
         self.metrics.queued.inc();
         Ok(Ticket { gate: self.clone(), waiting: true })
     }
-
-    /// Questions running or waiting now.
-    pub fn load(&self) -> usize {
-        self.admitted.load(Ordering::SeqCst)
-    }
 }
 
 impl Ticket {

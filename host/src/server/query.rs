@@ -18,6 +18,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use super::gate::Ticket;
 use super::{ApiError, AppState};
 use crate::pipeline::{Evidence, Outcome, RequestHost, StageEvent, TraceStep};
 use crate::store::DocumentRecord;
@@ -70,7 +71,8 @@ pub struct QueryResponse {
 }
 
 impl QueryResponse {
-    fn new(o: Outcome, trace: bool) -> QueryResponse {
+    /// The response to an outcome, with the trace when asked for.
+    pub fn new(o: Outcome, trace: bool) -> QueryResponse {
         let evidence = o
             .evidence
             .into_iter()
@@ -128,10 +130,9 @@ pub fn prepare(state: &AppState, question: &str, documents: &[String], profile: 
     Ok(Prepared { question: question.to_string(), docs, profile, seed })
 }
 
-/// Runs a prepared question through the gate on a blocking thread, within the request timeout.
-/// `events` hears each stage as it starts and ends.
-pub async fn execute(state: Arc<AppState>, prepared: Prepared, events: Option<UnboundedSender<StageEvent>>) -> Result<Outcome, ApiError> {
-    let ticket = state.gate.admit()?;
+/// Runs a prepared question admitted to the queue (`ticket`) on a blocking thread once a slot is
+/// free, within the request timeout. `events` hears each stage as it starts and ends.
+pub async fn execute(state: Arc<AppState>, ticket: Ticket, prepared: Prepared, events: Option<UnboundedSender<StageEvent>>) -> Result<Outcome, ApiError> {
     let timeout = Duration::from_secs(state.config.server.request_timeout_s.max(1));
     let host = Arc::new(RequestHost::new(state.services.clone(), prepared.docs, prepared.seed));
     let cancel = host.clone();
@@ -181,22 +182,20 @@ impl Drop for CancelOnDrop {
 pub async fn query(State(state): State<Arc<AppState>>, body: Result<Json<QueryRequest>, JsonRejection>) -> Result<Response, ApiError> {
     let Json(req) = body?;
     let prepared = prepare(&state, &req.question, &req.documents, req.profile.as_deref(), req.seed)?;
+    // Admitted before answering, so that a full queue is a plain 429 for streams too.
+    let ticket = state.gate.admit()?;
     if !req.stream {
-        let outcome = execute(state, prepared, None).await?;
+        let outcome = execute(state, ticket, prepared, None).await?;
         return Ok(Json(QueryResponse::new(outcome, req.trace)).into_response());
     }
-    // Refuse at once when full, so a client sees 429 rather than an event stream with an error.
-    if state.gate.load() >= state.config.server.max_running + state.config.server.max_queued {
-        drop(state.gate.admit()?);
-    }
-    Ok(Sse::new(stream_run(state, prepared, req.trace)).keep_alive(KeepAlive::default()).into_response())
+    Ok(Sse::new(stream_run(state, ticket, prepared, req.trace)).keep_alive(KeepAlive::default()).into_response())
 }
 
-fn stream_run(state: Arc<AppState>, prepared: Prepared, trace: bool) -> impl Stream<Item = Result<Event, Infallible>> {
+fn stream_run(state: Arc<AppState>, ticket: Ticket, prepared: Prepared, trace: bool) -> impl Stream<Item = Result<Event, Infallible>> {
     let (stage_tx, stage_rx) = unbounded_channel::<StageEvent>();
     let (end_tx, end_rx) = unbounded_channel::<Event>();
     tokio::spawn(async move {
-        let event = match execute(state, prepared, Some(stage_tx)).await {
+        let event = match execute(state, ticket, prepared, Some(stage_tx)).await {
             Ok(outcome) => json_event("answer", &QueryResponse::new(outcome, trace)),
             Err(e) => json_event("error", &serde_json::json!({ "error": { "message": e.message, "code": e.status.as_u16() } })),
         };
@@ -227,9 +226,4 @@ pub fn answer_with_sources(o: &QueryResponse) -> String {
 /// The response as JSON, for the chat endpoint's extra field.
 pub fn to_value(o: &QueryResponse) -> Value {
     serde_json::to_value(o).unwrap_or(Value::Null)
-}
-
-/// Builds the response from an outcome.
-pub fn respond(o: Outcome, trace: bool) -> QueryResponse {
-    QueryResponse::new(o, trace)
 }
