@@ -1,12 +1,13 @@
-//! The burn encoder against sentence-transformers' own output (a fixture made once by
-//! tests/fixtures/make_encoder_reference.py), on the CPU backend and on wgpu (lavapipe here).
+//! The encoder against sentence-transformers' own output (a fixture made once by
+//! tests/fixtures/make_encoder_reference.py): the native CPU network, and burn's on its CPU
+//! backend and on wgpu (lavapipe here).
 
 mod common;
 
 use std::path::PathBuf;
 
 use burn::prelude::Device;
-use evident::models::{Bert, TextEncoder, burn_attention, wgsl_attention};
+use evident::models::{Bert, CpuBert, TextEncoder, burn_attention, wgsl_attention};
 
 fn model_dir() -> PathBuf {
     common::repo_root().join(".evident/models/all-minilm-l6-v2")
@@ -40,25 +41,78 @@ fn check_sentences(encoder: &TextEncoder, backend: &str) {
     }
 }
 
+/// Token ids and sentence-transformers' hidden states of the fixture's sequences.
+fn reference_hidden_states() -> Vec<(Vec<u32>, Vec<f32>)> {
+    let fixture = reference();
+    let items = fixture["hidden_states"].as_array().expect("hidden states");
+    items
+        .iter()
+        .map(|item| {
+            let ids = item["ids"].as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect();
+            (ids, item["hidden"].as_array().expect("rows").iter().flat_map(floats).collect())
+        })
+        .collect()
+}
+
+fn assert_hidden_close(got: &[f32], want: &[f32], backend: &str) {
+    assert_eq!(got.len(), want.len(), "{backend}: one hidden state per token");
+    let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst < 2e-3, "{backend}: hidden states differ by up to {worst}");
+}
+
 fn check_hidden_states(device: &Device, backend: &str, wgpu: bool) {
     let bert = Bert::load(&model_dir(), device).expect("model loads");
-    let fixture = reference();
-    for item in fixture["hidden_states"].as_array().expect("hidden states") {
-        let ids: Vec<u32> = item["ids"].as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect();
+    for (ids, want) in reference_hidden_states() {
         let mask = vec![1u32; ids.len()];
         let attention = if wgpu { wgsl_attention } else { burn_attention };
         let got = bert.forward(&ids, &mask, 1, ids.len(), &attention).expect("forward");
-        let want: Vec<f32> = item["hidden"].as_array().expect("rows").iter().flat_map(floats).collect();
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(worst < 2e-3, "{backend}: hidden states differ by up to {worst}");
+        assert_hidden_close(&got, &want, backend);
     }
 }
 
 #[test]
-fn cpu_encoder_matches_sentence_transformers() {
+fn native_cpu_encoder_matches_sentence_transformers() {
+    let bert = CpuBert::load(&model_dir()).expect("model loads");
+    let cases = reference_hidden_states();
+    for (ids, want) in &cases {
+        assert_hidden_close(&bert.forward(&[ids.as_slice()]).expect("forward"), want, "native cpu");
+    }
+    // All sequences packed into one pass give each its own states: attention stays inside a
+    // sequence.
+    let seqs: Vec<&[u32]> = cases.iter().map(|(ids, _)| ids.as_slice()).collect();
+    let packed = bert.forward(&seqs).expect("packed forward");
+    let want: Vec<f32> = cases.iter().flat_map(|(_, h)| h.iter().copied()).collect();
+    assert_hidden_close(&packed, &want, "native cpu, packed");
+    check_sentences(&TextEncoder::load(&model_dir(), &Device::flex()).expect("encoder loads"), "native cpu");
+}
+
+#[test]
+fn burn_cpu_encoder_matches_sentence_transformers() {
     let device = Device::flex();
-    check_hidden_states(&device, "cpu", false);
-    check_sentences(&TextEncoder::load(&model_dir(), &device).expect("encoder loads"), "cpu");
+    check_hidden_states(&device, "burn cpu", false);
+    let encoder = TextEncoder::load_with_attention(&model_dir(), &device, Box::new(burn_attention)).expect("encoder loads");
+    check_sentences(&encoder, "burn cpu");
+}
+
+#[test]
+fn native_and_burn_cpu_encoders_give_the_same_token_vectors_for_real_pages() {
+    let pages = [
+        "Revenue grew in every segment, led by health care. ".repeat(50),
+        "Net sales by segment: Safety and Industrial $11.6 billion; Transportation and Electronics $8.9 billion.".to_string(),
+        "x".to_string(),
+    ];
+    let texts: Vec<&str> = pages.iter().map(String::as_str).collect();
+    let native = TextEncoder::load(&model_dir(), &Device::flex()).expect("native loads");
+    let burn = TextEncoder::load_with_attention(&model_dir(), &Device::flex(), Box::new(burn_attention)).expect("burn loads");
+    let a = native.token_vectors(&texts).expect("native vectors");
+    let b = burn.token_vectors(&texts).expect("burn vectors");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.tokens, y.tokens);
+        for (u, v) in x.vectors.chunks(x.dim).zip(y.vectors.chunks(y.dim)) {
+            let c = cosine(u, v);
+            assert!(c > 0.9999, "token vectors differ: cosine {c}");
+        }
+    }
 }
 
 #[test]

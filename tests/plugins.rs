@@ -44,6 +44,7 @@ impl Fixture {
             lexical: Arc::new(LexicalIndex::open(&lexical_dir(app.data.path())).expect("lexical")),
             encoder: Arc::new(TextEncoder::load(&models.join("all-minilm-l6-v2"), &cpu.device).expect("encoder")),
             maxsim: Arc::new(MaxSimBackend::Cpu(evident_kernels::MaxSimCpu::default())),
+            vectors: Arc::new(evident::retrieval::PageVectorCache::new(64)),
             generator: Arc::new(EmbeddedGenerator::load(&models.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"), &cpu).expect("generator")),
             generator_images: false,
         };

@@ -82,6 +82,8 @@ pub struct GeneratorConfig {
 #[serde(deny_unknown_fields)]
 pub struct ComputeConfig {
     pub backend: ComputeBackend,
+    /// Memory for page vectors kept between questions, in MiB (0: read them for every search).
+    pub vector_cache_mib: u64,
 }
 
 /// `[server]`

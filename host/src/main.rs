@@ -55,6 +55,7 @@ enum Command {
 
 fn main() -> ExitCode {
     cli::restore_sigpipe();
+    cli::tune_allocator();
     cli::ensure_runtime_dir();
     cli::init_logging();
     let cli = Cli::parse();

@@ -2,6 +2,8 @@
 //! without a GPU, and a plain-Rust reference for each that the tests compare against.
 
 mod attention;
+mod dense_cpu;
+mod gelu_cpu;
 mod gpu;
 mod maxsim;
 mod maxsim_cpu;
@@ -10,6 +12,8 @@ mod quant_matvec;
 mod topk;
 
 pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
+pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention_cpu, layer_norm, linear};
+pub use gelu_cpu::{gelu_in_place, gelu_reference};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};

@@ -131,7 +131,7 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     let needs_encoder = args.modes.iter().any(|m| *m != SearchMode::Bm25);
     let encoder = if needs_encoder { Some(ctx.encoder()?) } else { None };
     let maxsim = ctx.maxsim()?;
-    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, alpha: args.alpha };
+    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, vectors: None, alpha: args.alpha };
 
     let mut report = Vec::new();
     for &mode in &args.modes {

@@ -94,7 +94,7 @@ pub fn search(ctx: &Context, args: SearchArgs) -> Result<ExitCode> {
     let lexical = ctx.lexical()?;
     let encoder = if args.mode == SearchMode::Bm25 { None } else { Some(ctx.encoder()?) };
     let maxsim = ctx.maxsim()?;
-    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, alpha: args.alpha };
+    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, vectors: None, alpha: args.alpha };
     let started = Instant::now();
     let hits = ranker.rank(&[args.question.as_str()], &docs, args.mode, args.k)?.remove(0);
     let elapsed = started.elapsed();

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use burn::prelude::*;
 use burn::tensor::module as ops;
-use burn::tensor::{DType, activation};
+use burn::tensor::activation;
 use safetensors::{Dtype, SafeTensors};
 use thiserror::Error;
 
@@ -89,6 +89,39 @@ pub struct Bert {
     embed_norm: LayerNorm,
     layers: Vec<Layer>,
     device: Device,
+    /// Burn's CPU backend, where the activation runs as Evident's vectorised CPU code.
+    on_cpu: bool,
+}
+
+/// Reads `config.json` and the bytes of `model.safetensors` from `dir`.
+pub(crate) fn read_model_files(dir: &Path) -> Result<(BertConfig, Vec<u8>), ModelError> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path)
+        .map_err(|source| ModelError::Read { path: config_path.display().to_string(), source })?;
+    let config: BertConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config(e.to_string()))?;
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).map_err(|source| ModelError::Read { path: path.display().to_string(), source })?;
+    Ok((config, bytes))
+}
+
+/// The tensors in the bytes of `dir`'s model.safetensors.
+pub(crate) fn parse_safetensors<'a>(dir: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, ModelError> {
+    SafeTensors::deserialize(bytes)
+        .map_err(|e| ModelError::Format { path: dir.join("model.safetensors").display().to_string(), message: e.to_string() })
+}
+
+/// The values of an f32 tensor of the expected shape.
+pub(crate) fn tensor_f32(st: &SafeTensors<'_>, name: &str, expected: &[usize]) -> Result<Vec<f32>, ModelError> {
+    let view = st.tensor(name).map_err(|_| ModelError::Missing(name.to_string()))?;
+    if view.dtype() != Dtype::F32 || view.shape() != expected {
+        return Err(ModelError::Shape {
+            name: name.to_string(),
+            found: view.dtype(),
+            shape: view.shape().to_vec(),
+            expected: expected.to_vec(),
+        });
+    }
+    Ok(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
 
 struct Weights<'a> {
@@ -98,16 +131,7 @@ struct Weights<'a> {
 
 impl Weights<'_> {
     fn data(&self, name: &str, expected: &[usize]) -> Result<TensorData, ModelError> {
-        let view = self.st.tensor(name).map_err(|_| ModelError::Missing(name.to_string()))?;
-        if view.dtype() != Dtype::F32 || view.shape() != expected {
-            return Err(ModelError::Shape {
-                name: name.to_string(),
-                found: view.dtype(),
-                shape: view.shape().to_vec(),
-                expected: expected.to_vec(),
-            });
-        }
-        Ok(TensorData::from_bytes_vec(view.data().to_vec(), view.shape().to_vec(), DType::F32))
+        Ok(TensorData::new(tensor_f32(&self.st, name, expected)?, expected.to_vec()))
     }
 
     fn t1(&self, name: &str, n: usize) -> Result<Tensor<1>, ModelError> {
@@ -134,14 +158,8 @@ impl Weights<'_> {
 impl Bert {
     /// Loads `model.safetensors` and `config.json` from `dir` onto `device`.
     pub fn load(dir: &Path, device: &Device) -> Result<Bert, ModelError> {
-        let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path)
-            .map_err(|source| ModelError::Read { path: config_path.display().to_string(), source })?;
-        let config: BertConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config(e.to_string()))?;
-        let path = dir.join("model.safetensors");
-        let bytes = std::fs::read(&path).map_err(|source| ModelError::Read { path: path.display().to_string(), source })?;
-        let st = SafeTensors::deserialize(&bytes)
-            .map_err(|e| ModelError::Format { path: path.display().to_string(), message: e.to_string() })?;
+        let (config, bytes) = read_model_files(dir)?;
+        let st = parse_safetensors(dir, &bytes)?;
         let w = Weights { st, device: device.clone() };
         let (h, i, eps) = (config.hidden_size, config.intermediate_size, config.layer_norm_eps);
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
@@ -164,6 +182,7 @@ impl Bert {
             token_type: w.t2("embeddings.token_type_embeddings.weight", config.type_vocab_size, h)?,
             embed_norm: w.norm("embeddings.LayerNorm", h, eps)?,
             layers,
+            on_cpu: *device == Device::flex(),
             device: device.clone(),
             config,
         })
@@ -200,10 +219,22 @@ impl Bert {
             let v = split(layer.value.forward(x.clone()));
             let ctx = attention(q, k, v, mask_t.clone()).swap_dims(1, 2).reshape([batch, seq, h]);
             x = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
-            let inner = activation::gelu(layer.intermediate.forward(x.clone()));
+            let inner = self.gelu(layer.intermediate.forward(x.clone()))?;
             x = layer.out_norm.forward(layer.output.forward(inner) + x);
         }
         x.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))
+    }
+
+    /// GELU: burn's op computes erf one value at a time on the CPU, so there the values go
+    /// through Evident's vectorised version instead.
+    fn gelu(&self, x: Tensor<3>) -> Result<Tensor<3>, ModelError> {
+        if !self.on_cpu {
+            return Ok(activation::gelu(x));
+        }
+        let shape = x.dims();
+        let mut values = x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))?;
+        evident_kernels::gelu_in_place(&mut values);
+        Ok(Tensor::from_data(TensorData::new(values, shape), &self.device))
     }
 }
 

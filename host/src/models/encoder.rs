@@ -6,7 +6,8 @@ use std::path::Path;
 use burn::prelude::Device;
 use tokenizers::Tokenizer;
 
-use super::bert::{AttentionFn, Bert, ModelError, burn_attention};
+use super::bert::{AttentionFn, Bert, ModelError};
+use super::bert_cpu::CpuBert;
 
 /// Longest window the model sees, special tokens included (sentence-transformers' limit).
 pub const MAX_WINDOW: usize = 256;
@@ -38,11 +39,17 @@ impl TokenVectors {
 
 /// The text encoder.
 pub struct TextEncoder {
-    bert: Bert,
+    network: Network,
     tokenizer: Tokenizer,
-    attention: Box<AttentionFn>,
     cls: u32,
     sep: u32,
+}
+
+/// The network behind the encoder: burn's on a GPU (or wherever a caller asks for it), the
+/// native one on the CPU.
+enum Network {
+    Burn { bert: Bert, attention: Box<AttentionFn> },
+    Cpu(CpuBert),
 }
 
 /// One window of token ids to encode, and where its vectors go.
@@ -56,14 +63,21 @@ struct Window {
 }
 
 impl TextEncoder {
-    /// Loads the model and tokenizer from `dir` (as set-up unpacks them) onto `device`.
+    /// Loads the model and tokenizer from `dir` (as set-up unpacks them) onto `device`: burn's
+    /// CPU device gets the native CPU network, any other burn's with its own attention.
     pub fn load(dir: &Path, device: &Device) -> Result<TextEncoder, ModelError> {
-        TextEncoder::load_with_attention(dir, device, Box::new(burn_attention))
+        if *device == Device::flex() {
+            return TextEncoder::with_network(dir, Network::Cpu(CpuBert::load(dir)?));
+        }
+        TextEncoder::load_with_attention(dir, device, Box::new(super::bert::burn_attention))
     }
 
-    /// Loads with a chosen attention implementation.
+    /// Loads burn's network on `device` with a chosen attention implementation.
     pub fn load_with_attention(dir: &Path, device: &Device, attention: Box<AttentionFn>) -> Result<TextEncoder, ModelError> {
-        let bert = Bert::load(dir, device)?;
+        TextEncoder::with_network(dir, Network::Burn { bert: Bert::load(dir, device)?, attention })
+    }
+
+    fn with_network(dir: &Path, network: Network) -> Result<TextEncoder, ModelError> {
         let path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
         tokenizer.with_padding(None);
@@ -72,12 +86,15 @@ impl TextEncoder {
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let id = |t: &str| tokenizer.token_to_id(t).ok_or_else(|| ModelError::Tokenizer(format!("no {t} token")));
         let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
-        Ok(TextEncoder { bert, tokenizer, attention, cls, sep })
+        Ok(TextEncoder { network, tokenizer, cls, sep })
     }
 
     /// Vector dimension.
     pub fn dim(&self) -> usize {
-        self.bert.config().hidden_size
+        match &self.network {
+            Network::Burn { bert, .. } => bert.config().hidden_size,
+            Network::Cpu(bert) => bert.config().hidden_size,
+        }
     }
 
     /// Sentence vectors, as sentence-transformers makes them: the text truncated to
@@ -181,26 +198,43 @@ impl TextEncoder {
             while j < order.len() && (j - i + 1) * windows[order[j]].ids.len().max(seq) <= BATCH_TOKENS.max(seq) {
                 j += 1;
             }
-            let batch = &order[i..j.max(i + 1)];
-            let seq = batch.iter().map(|&w| windows[w].ids.len()).max().unwrap_or(1);
-            let mut ids = vec![0u32; batch.len() * seq];
-            let mut mask = vec![0u32; batch.len() * seq];
-            for (b, &w) in batch.iter().enumerate() {
-                let wids = &windows[w].ids;
-                ids[b * seq..b * seq + wids.len()].copy_from_slice(wids);
-                mask[b * seq..b * seq + wids.len()].iter_mut().for_each(|m| *m = 1);
-            }
-            let hidden = self.bert.forward(&ids, &mask, batch.len(), seq, self.attention.as_ref())?;
-            for (b, &w) in batch.iter().enumerate() {
-                let win = &windows[w];
+            let batch: Vec<&Window> = order[i..j.max(i + 1)].iter().map(|&w| &windows[w]).collect();
+            let (hidden, starts) = self.hidden_states(&batch)?;
+            for (win, start) in batch.iter().zip(starts) {
                 for &(pos, k) in &win.keep {
-                    let at = (b * seq + pos) * dim;
+                    let at = (start + pos) * dim;
                     sink(win, k, &hidden[at..at + dim]);
                 }
             }
             i += batch.len();
         }
         Ok(())
+    }
+
+    /// Hidden states of a batch of windows, and the row where each window's first token is.
+    fn hidden_states(&self, batch: &[&Window]) -> Result<(Vec<f32>, Vec<usize>), ModelError> {
+        match &self.network {
+            Network::Cpu(bert) => {
+                let seqs: Vec<&[u32]> = batch.iter().map(|w| w.ids.as_slice()).collect();
+                let starts = seqs.iter().scan(0, |row, s| {
+                    let start = *row;
+                    *row += s.len();
+                    Some(start)
+                });
+                Ok((bert.forward(&seqs)?, starts.collect()))
+            }
+            Network::Burn { bert, attention } => {
+                let seq = batch.iter().map(|w| w.ids.len()).max().unwrap_or(1);
+                let mut ids = vec![0u32; batch.len() * seq];
+                let mut mask = vec![0u32; batch.len() * seq];
+                for (b, w) in batch.iter().enumerate() {
+                    ids[b * seq..b * seq + w.ids.len()].copy_from_slice(&w.ids);
+                    mask[b * seq..b * seq + w.ids.len()].iter_mut().for_each(|m| *m = 1);
+                }
+                let hidden = bert.forward(&ids, &mask, batch.len(), seq, attention.as_ref())?;
+                Ok((hidden, (0..batch.len()).map(|b| b * seq).collect()))
+            }
+        }
     }
 }
 

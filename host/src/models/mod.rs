@@ -1,6 +1,7 @@
 //! Models: the embedded text encoder and decoder (burn), and the device they run on.
 
 mod bert;
+mod bert_cpu;
 mod chat;
 mod encoder;
 pub mod gguf;
@@ -8,6 +9,7 @@ mod llama;
 mod llama_native;
 
 pub use bert::{AttentionFn, Bert, BertConfig, ModelError, burn_attention, wgsl_attention};
+pub use bert_cpu::CpuBert;
 pub use chat::{ChatTokenizer, ChatTurn};
 pub use encoder::{MAX_WINDOW, TextEncoder, TokenVectors};
 pub use llama::{CausalAttentionFn, KvCache, Llama, LlamaConfig, LogitsFor, burn_causal_attention, wgsl_causal_attention};

@@ -23,6 +23,8 @@ pub struct Services {
     pub lexical: Arc<LexicalIndex>,
     pub encoder: Arc<TextEncoder>,
     pub maxsim: Arc<MaxSimBackend>,
+    /// Page vectors kept between questions.
+    pub vectors: Arc<crate::retrieval::PageVectorCache>,
     pub generator: Arc<dyn Generator>,
     /// Whether the generator takes page images.
     pub generator_images: bool,
@@ -86,7 +88,7 @@ impl RequestHost {
     pub fn retrieve(&self, questions: &[&str], mode: SearchMode, k: u32, docs: &[DocumentRecord]) -> Result<Vec<Vec<Candidate>>, String> {
         self.live()?;
         let s = &self.services;
-        let ranker = Ranker { store: &s.store, lexical: &s.lexical, encoder: Some(&s.encoder), maxsim: &s.maxsim, alpha: 0.5 };
+        let ranker = Ranker { store: &s.store, lexical: &s.lexical, encoder: Some(&s.encoder), maxsim: &s.maxsim, vectors: Some(&s.vectors), alpha: 0.5 };
         let hits = ranker.rank(questions, docs, mode, k as usize).map_err(|e| e.to_string())?;
         Ok(hits
             .into_iter()

@@ -3,9 +3,11 @@
 mod lexical;
 pub mod metrics;
 mod snippet;
+mod vector_cache;
 
 pub use lexical::{LexicalError, LexicalIndex};
 pub use snippet::{best_block, best_snippet, trim_snippet};
+pub use vector_cache::{DocumentVectors, PageVectorCache};
 
 use std::path::Path;
 
@@ -63,11 +65,36 @@ pub enum MaxSimBackend {
 }
 
 impl MaxSimBackend {
+    /// Which scorer this is, for reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MaxSimBackend::Cpu(_) => "the CPU",
+            MaxSimBackend::Gpu(_) => "the GPU (WGSL kernel)",
+        }
+    }
+
     /// Scores `pages` against every query of the batch: `[page * queries + query]`.
     pub fn score(&self, pages: &PageVectors, queries: &QueryBatch) -> Result<Vec<f32>, RetrievalError> {
         match self {
             MaxSimBackend::Cpu(cpu) => Ok(cpu.score(pages, queries)),
             MaxSimBackend::Gpu(kernel) => Ok(kernel.score(&kernel.upload(pages)?, queries)?),
+        }
+    }
+
+    /// Scores a document's pages, keeping them on the GPU for the next question.
+    pub fn score_document(&self, doc: &DocumentVectors, queries: &QueryBatch) -> Result<Vec<f32>, RetrievalError> {
+        match self {
+            MaxSimBackend::Cpu(cpu) => Ok(cpu.score(&doc.pages, queries)),
+            MaxSimBackend::Gpu(kernel) => {
+                let pages = match doc.device.get() {
+                    Some(pages) => pages,
+                    None => {
+                        let uploaded = kernel.upload(&doc.pages)?;
+                        doc.device.get_or_init(|| uploaded)
+                    }
+                };
+                Ok(kernel.score(pages, queries)?)
+            }
         }
     }
 }
@@ -154,6 +181,8 @@ pub struct Ranker<'a> {
     pub lexical: &'a LexicalIndex,
     pub encoder: Option<&'a TextEncoder>,
     pub maxsim: &'a MaxSimBackend,
+    /// Where page vectors stay between questions; without one they are read for each call.
+    pub vectors: Option<&'a PageVectorCache>,
     /// Weight of BM25 in hybrid mode (HiKEY's alpha).
     pub alpha: f32,
 }
@@ -171,10 +200,16 @@ impl Ranker<'_> {
                 batch.push_query(&tv.vectors);
             }
             for (d, doc) in docs.iter().enumerate() {
-                let (vectors, numbers) = load_page_vectors(self.store, doc, encoder.dim())?;
-                let scores = self.maxsim.score(&vectors, &batch)?;
+                let vectors = match self.vectors {
+                    Some(cache) => cache.get(self.store, doc, encoder.dim())?,
+                    None => {
+                        let (pages, numbers) = load_page_vectors(self.store, doc, encoder.dim())?;
+                        std::sync::Arc::new(DocumentVectors::new(pages, numbers))
+                    }
+                };
+                let scores = self.maxsim.score_document(&vectors, &batch)?;
                 let nq = questions.len();
-                for (i, n) in numbers.iter().enumerate() {
+                for (i, n) in vectors.numbers.iter().enumerate() {
                     pages.push((d, *n));
                     for (q, col) in dense.iter_mut().enumerate() {
                         col.push(scores[i * nq + q]);

@@ -107,6 +107,7 @@ pub async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
         s.services.lexical.remove_document(&d.id).map_err(|e| ApiError::internal(e.to_string()))?;
         s.store.remove(&d)?;
+        s.services.vectors.forget(&d.id);
         Ok(())
     })
     .await
