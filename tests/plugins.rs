@@ -151,6 +151,62 @@ fn a_component_of_the_wrong_world_is_refused_naming_what_it_lacks() {
 }
 
 #[test]
+fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log() {
+    let app = common::Appliance::new();
+    app.ingest(&[&common::bench_pdf(PDF)], &["--no-images"]);
+    // Two profiles: the shipped baseline and a variant that reads three pages instead of five.
+    let profiles = app.data.path().join("profiles");
+    std::fs::create_dir_all(&profiles).expect("profiles dir");
+    let baseline = std::fs::read_to_string(common::repo_root().join("appliance-config/profiles/baseline.toml")).expect("baseline");
+    std::fs::write(profiles.join("baseline.toml"), &baseline).expect("write");
+    std::fs::write(profiles.join("top3.toml"), baseline.replace("k = 5", "k = 3").replace("top_k = 5", "top_k = 3")).expect("write");
+    let config = app.data.path().join("eval.toml");
+    std::fs::write(&config, format!("[plugins]\nprofiles_dir = {:?}\n", profiles.to_str().expect("path"))).expect("config");
+    let log = app.data.path().join("results.jsonl");
+    let questions = common::repo_root().join("../shared/bench/questions.jsonl");
+    let eval = |limit: &str| {
+        app.run(&[
+            "--config", config.to_str().expect("path"),
+            "eval", "--questions", questions.to_str().expect("path"),
+            "--profile", "baseline", "--profile", "top3", "--limit", limit, "--k", "1,3",
+            "--results", log.to_str().expect("path"),
+        ])
+    };
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log).expect("log").lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    };
+    let row = |table: &str, name: &str| -> Vec<String> {
+        table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} row in {table}")).split_whitespace().map(String::from).collect()
+    };
+
+    let out = eval("1");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = lines();
+    assert_eq!(first.len(), 2, "one answer per profile: {first:?}");
+    assert_eq!(first[0]["qid"], first[1]["qid"], "each question is asked of every profile in turn");
+    assert!(first.iter().all(|r| r["failed"] == false && r["llm_calls"].as_u64() == Some(1)), "{first:?}");
+    assert!(first.iter().any(|r| r["profile"] == "top3" && r["ranked"].as_array().is_some_and(|p| !p.is_empty() && p.len() <= 10)));
+
+    // A killed run leaves a torn last line; the next run asks that answer again and adds only
+    // what is missing.
+    std::fs::write(&log, format!("{}{{\"profile\": \"baseline\", \"qid", std::fs::read_to_string(&log).expect("log"))).expect("tear");
+    let out = eval("2");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("2 answers already in the results log"), "{stderr}");
+    let all = lines();
+    assert_eq!(all.len(), 4, "two new answers: {all:?}");
+    assert_eq!(all[..2], first[..], "the earlier answers are kept as they were");
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    for name in ["baseline", "top3"] {
+        let cells = row(&table, name);
+        assert_eq!(cells[1], "2", "{name} counts both questions, old and new: {table}");
+        let calls: f64 = cells[cells.len() - 2].parse().expect("calls/q");
+        assert_eq!(calls, 1.0, "{table}");
+    }
+}
+
+#[test]
 fn ask_answers_with_cited_pages_and_a_trace() {
     let app = common::Appliance::new();
     app.ingest(&[&common::bench_pdf(PDF)], &["--no-images"]);

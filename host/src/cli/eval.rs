@@ -42,6 +42,10 @@ pub struct EvalArgs {
     /// With --profile: at most this many questions, taken in turn from each source.
     #[arg(long)]
     limit: Option<usize>,
+    /// With --profile: append each answer to this JSON-lines file as it comes, and skip the
+    /// answers it already holds, so that a long evaluation stopped part way goes on from there.
+    #[arg(long, value_name = "FILE")]
+    results: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -107,7 +111,7 @@ pub(super) fn file_name(path: &str) -> &str {
 /// Evaluates retrieval and prints one table per mode.
 pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     if !args.profiles.is_empty() {
-        return super::eval_answers::run(ctx, &args.questions, &args.profiles, args.limit, &args.k, args.json.as_deref());
+        return super::eval_answers::run(ctx, &args.questions, &args.profiles, args.limit, &args.k, args.json.as_deref(), args.results.as_deref());
     }
     let questions = load_questions(&args.questions)?;
     let store = ctx.store()?;

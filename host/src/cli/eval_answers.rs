@@ -28,8 +28,58 @@ struct Row {
     tokens: u64,
 }
 
-/// Runs every profile over the chosen questions and prints one table.
-pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>, ks: &[usize], json: Option<&Path>) -> Result<ExitCode> {
+/// One profile's answer to one question: a line of the results log, and all a table row needs.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    profile: String,
+    qid: String,
+    source: String,
+    gold: String,
+    predicted: String,
+    correct: bool,
+    failed: bool,
+    seconds: f64,
+    llm_calls: u64,
+    tokens: u64,
+    /// The pipeline's final page order within the question's document (first 10).
+    ranked: Vec<u32>,
+    evidence_pages: Vec<u32>,
+}
+
+impl Row {
+    fn add(&mut self, r: &Record, ks: &[usize]) {
+        self.recall.resize(ks.len(), 0.0);
+        self.n += 1;
+        self.correct += usize::from(r.correct);
+        self.failed += usize::from(r.failed);
+        self.seconds += r.seconds;
+        self.llm_calls += r.llm_calls;
+        self.tokens += r.tokens;
+        if !r.failed && !r.evidence_pages.is_empty() {
+            self.with_gold += 1;
+            for (i, &k) in ks.iter().enumerate() {
+                self.recall[i] += recall_at(&r.ranked, &r.evidence_pages, k);
+            }
+            self.mrr += rr_at(&r.ranked, &r.evidence_pages, 10);
+        }
+    }
+}
+
+/// Answers of an earlier run kept in the results log, so that a long evaluation can stop and
+/// go on later where it was.
+fn read_log(path: &Path) -> Result<Vec<Record>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    // A run killed mid-write leaves at most a torn last line; it is asked again.
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+}
+
+/// Runs every profile over the chosen questions (each question with every profile in turn, so
+/// that a partial run still compares them on the same questions) and prints one table.
+pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>, ks: &[usize], json: Option<&Path>, log: Option<&Path>) -> Result<ExitCode> {
     let questions = load_questions(path)?;
     let store = Arc::new(ctx.store()?);
     let docs = store.documents()?;
@@ -55,46 +105,86 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
 
     let registry = ctx.registry(store.clone())?;
     let services = ctx.services(store.clone())?;
-    let mut rows: BTreeMap<String, Row> = BTreeMap::new();
-    let mut records = Vec::new();
-    for name in profiles {
-        let profile = registry.resolve(name)?;
-        let bar = ProgressBar::new(chosen.len() as u64);
-        bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} questions  eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()));
-        bar.set_message(name.clone());
-        let row = rows.entry(name.clone()).or_default();
-        row.recall = vec![0.0; ks.len()];
-        for q in &chosen {
-            let doc = by_file[file_name(&q.doc)];
+    let resolved = profiles.iter().map(|name| Ok((name, registry.resolve(name)?))).collect::<Result<Vec<_>>>()?;
+    let wanted: std::collections::HashSet<(&str, &str)> =
+        chosen.iter().flat_map(|q| profiles.iter().map(|p| (p.as_str(), q.qid.as_str()))).collect();
+    let mut records: Vec<Record> = match log {
+        Some(path) => read_log(path)?.into_iter().filter(|r| wanted.contains(&(r.profile.as_str(), r.qid.as_str()))).collect(),
+        None => Vec::new(),
+    };
+    let done: std::collections::HashSet<(String, String)> = records.iter().map(|r| (r.profile.clone(), r.qid.clone())).collect();
+    let mut log_file = match log {
+        Some(path) => {
+            use std::io::Write;
+            let torn = std::fs::read(path).ok().and_then(|b| b.last().copied()).is_some_and(|c| c != b'\n');
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            if torn {
+                writeln!(f).context("cannot append to the results log")?;
+            }
+            Some(f)
+        }
+        None => None,
+    };
+    let bar = ProgressBar::new((chosen.len() * profiles.len()) as u64);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} answers  eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.set_position(done.len() as u64);
+    if !done.is_empty() {
+        bar.suspend(|| eprintln!("{} answers already in the results log; going on from there", done.len()));
+    }
+    for q in &chosen {
+        let doc = by_file[file_name(&q.doc)];
+        for (name, profile) in &resolved {
+            if done.contains(&(name.to_string(), q.qid.clone())) {
+                continue;
+            }
+            bar.set_message(name.to_string());
             let host = Arc::new(RequestHost::new(services.clone(), vec![doc.clone()], 0));
-            let outcome = evident::pipeline::run(registry.runtime(), &profile, host, &q.question);
-            row.n += 1;
-            let (correct, predicted) = match &outcome {
-                Ok(o) => {
-                    row.seconds += o.ms / 1000.0;
-                    row.llm_calls += o.llm_calls;
-                    row.tokens += o.tokens;
-                    if !q.evidence_pages.is_empty() {
-                        let ranked: Vec<u32> = o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).collect();
-                        row.with_gold += 1;
-                        for (i, &k) in ks.iter().enumerate() {
-                            row.recall[i] += recall_at(&ranked, &q.evidence_pages, k);
-                        }
-                        row.mrr += rr_at(&ranked, &q.evidence_pages, 10);
-                    }
-                    (is_correct(&o.answer, o.answerable, &q.answer, q.answerable), if o.answerable { o.answer.clone() } else { "Not answerable".into() })
-                }
+            let outcome = evident::pipeline::run(registry.runtime(), profile, host, &q.question);
+            let record = match &outcome {
+                Ok(o) => Record {
+                    profile: name.to_string(),
+                    qid: q.qid.clone(),
+                    source: q.source.clone(),
+                    gold: q.answer.clone(),
+                    predicted: if o.answerable { o.answer.clone() } else { "Not answerable".into() },
+                    correct: is_correct(&o.answer, o.answerable, &q.answer, q.answerable),
+                    failed: false,
+                    seconds: o.ms / 1000.0,
+                    llm_calls: o.llm_calls,
+                    tokens: o.tokens,
+                    ranked: o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).take(10).collect(),
+                    evidence_pages: q.evidence_pages.clone(),
+                },
                 Err(e) => {
-                    row.failed += 1;
                     bar.suspend(|| eprintln!("{} {}: {e}", name, q.qid));
-                    (false, format!("error: {e}"))
+                    Record {
+                        profile: name.to_string(),
+                        qid: q.qid.clone(),
+                        source: q.source.clone(),
+                        gold: q.answer.clone(),
+                        predicted: format!("error: {e}"),
+                        correct: false,
+                        failed: true,
+                        seconds: 0.0,
+                        llm_calls: 0,
+                        tokens: 0,
+                        ranked: Vec::new(),
+                        evidence_pages: q.evidence_pages.clone(),
+                    }
                 }
             };
-            row.correct += usize::from(correct);
-            records.push(serde_json::json!({"profile": name, "qid": q.qid, "source": q.source, "gold": q.answer, "predicted": predicted, "correct": correct}));
+            if let Some(f) = log_file.as_mut() {
+                use std::io::Write;
+                writeln!(f, "{}", serde_json::to_string(&record)?).context("cannot append to the results log")?;
+            }
+            records.push(record);
             bar.inc(1);
         }
-        bar.finish_and_clear();
+    }
+    bar.finish_and_clear();
+    let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+    for r in &records {
+        rows.entry(r.profile.clone()).or_default().add(r, ks);
     }
     println!("{} questions ({}), each asked of its own document", chosen.len(), per_source.iter().map(|(s, l)| format!("{s}: {}", l.len().min(chosen.iter().filter(|q| q.source == *s).count()))).collect::<Vec<_>>().join(", "));
     let mut header = format!("{:<12} {:>4}", "profile", "n");
