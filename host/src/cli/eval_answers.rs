@@ -41,7 +41,7 @@ struct Record {
     seconds: f64,
     llm_calls: u64,
     tokens: u64,
-    /// The pipeline's final page order within the question's document (first 10).
+    /// The pipeline's final page order (0 for a page of another document).
     ranked: Vec<u32>,
     evidence_pages: Vec<u32>,
 }
@@ -66,15 +66,16 @@ impl Row {
 }
 
 /// Answers of an earlier run kept in the results log, so that a long evaluation can stop and
-/// go on later where it was.
-fn read_log(path: &Path) -> Result<Vec<Record>> {
+/// go on later where it was; and whether the log ends in a torn line (a run killed mid-write),
+/// whose answer is asked again.
+fn read_log(path: &Path) -> Result<(Vec<Record>, bool)> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), false)),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
-    // A run killed mid-write leaves at most a torn last line; it is asked again.
-    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    let torn = !text.is_empty() && !text.ends_with('\n');
+    Ok((text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect(), torn))
 }
 
 /// Runs every profile over the chosen questions (each question with every profile in turn, so
@@ -108,15 +109,15 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
     let resolved = profiles.iter().map(|name| Ok((name, registry.resolve(name)?))).collect::<Result<Vec<_>>>()?;
     let wanted: std::collections::HashSet<(&str, &str)> =
         chosen.iter().flat_map(|q| profiles.iter().map(|p| (p.as_str(), q.qid.as_str()))).collect();
-    let mut records: Vec<Record> = match log {
-        Some(path) => read_log(path)?.into_iter().filter(|r| wanted.contains(&(r.profile.as_str(), r.qid.as_str()))).collect(),
-        None => Vec::new(),
+    let (logged, torn) = match log {
+        Some(path) => read_log(path)?,
+        None => (Vec::new(), false),
     };
+    let mut records: Vec<Record> = logged.into_iter().filter(|r| wanted.contains(&(r.profile.as_str(), r.qid.as_str()))).collect();
     let done: std::collections::HashSet<(String, String)> = records.iter().map(|r| (r.profile.clone(), r.qid.clone())).collect();
     let mut log_file = match log {
         Some(path) => {
             use std::io::Write;
-            let torn = std::fs::read(path).ok().and_then(|b| b.last().copied()).is_some_and(|c| c != b'\n');
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("cannot open {}", path.display()))?;
             if torn {
                 writeln!(f).context("cannot append to the results log")?;
@@ -140,39 +141,35 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
             bar.set_message(name.to_string());
             let host = Arc::new(RequestHost::new(services.clone(), vec![doc.clone()], 0));
             let outcome = evident::pipeline::run(registry.runtime(), profile, host, &q.question);
-            let record = match &outcome {
-                Ok(o) => Record {
-                    profile: name.to_string(),
-                    qid: q.qid.clone(),
-                    source: q.source.clone(),
-                    gold: q.answer.clone(),
-                    predicted: if o.answerable { o.answer.clone() } else { "Not answerable".into() },
-                    correct: is_correct(&o.answer, o.answerable, &q.answer, q.answerable),
-                    failed: false,
-                    seconds: o.ms / 1000.0,
-                    llm_calls: o.llm_calls,
-                    tokens: o.tokens,
-                    ranked: o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).take(10).collect(),
-                    evidence_pages: q.evidence_pages.clone(),
-                },
+            let mut record = Record {
+                profile: name.to_string(),
+                qid: q.qid.clone(),
+                source: q.source.clone(),
+                gold: q.answer.clone(),
+                predicted: String::new(),
+                correct: false,
+                failed: false,
+                seconds: 0.0,
+                llm_calls: 0,
+                tokens: 0,
+                ranked: Vec::new(),
+                evidence_pages: q.evidence_pages.clone(),
+            };
+            match &outcome {
+                Ok(o) => {
+                    record.predicted = if o.answerable { o.answer.clone() } else { "Not answerable".into() };
+                    record.correct = is_correct(&o.answer, o.answerable, &q.answer, q.answerable);
+                    record.seconds = o.ms / 1000.0;
+                    record.llm_calls = o.llm_calls;
+                    record.tokens = o.tokens;
+                    record.ranked = o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).collect();
+                }
                 Err(e) => {
                     bar.suspend(|| eprintln!("{} {}: {e}", name, q.qid));
-                    Record {
-                        profile: name.to_string(),
-                        qid: q.qid.clone(),
-                        source: q.source.clone(),
-                        gold: q.answer.clone(),
-                        predicted: format!("error: {e}"),
-                        correct: false,
-                        failed: true,
-                        seconds: 0.0,
-                        llm_calls: 0,
-                        tokens: 0,
-                        ranked: Vec::new(),
-                        evidence_pages: q.evidence_pages.clone(),
-                    }
+                    record.predicted = format!("error: {e}");
+                    record.failed = true;
                 }
-            };
+            }
             if let Some(f) = log_file.as_mut() {
                 use std::io::Write;
                 writeln!(f, "{}", serde_json::to_string(&record)?).context("cannot append to the results log")?;
