@@ -149,6 +149,37 @@ fn generate_command_streams_an_answer_and_scores_choices() {
 }
 
 #[test]
+fn native_cpu_prompt_pass_equals_burn_on_a_fresh_and_a_continued_cache() {
+    use evident::models::gguf::GgufFile;
+    use evident::models::{Llama, LlamaConfig, NativeDecoder, burn_causal_attention};
+    let file = GgufFile::open(&model_path()).expect("reads");
+    let burn_model = Llama::load(&file, &cpu().device).expect("loads");
+    let native = NativeDecoder::load(&file, &LlamaConfig::from_gguf(&file).expect("config")).expect("loads");
+    let rows = |t: burn::prelude::Tensor<2>| t.into_data().try_into_vec::<f32>().expect("read back");
+    let fixture = reference();
+    // A long prompt (attention blocks of many rows), then a short continuation with every
+    // position's logits, as score_choices asks; the native cache then serves a burn pass.
+    let prompt: Vec<u32> = (0..4).flat_map(|i| ids(&fixture["greedy"][i % 2]["prompt_ids"])).collect();
+    assert!(prompt.len() > 70, "the prompt spans more than one attention block");
+    let (mut burn_cache, mut native_cache) = (KvCache::default(), KvCache::default());
+    let passes: [(&[u32], LogitsFor); 2] = [(&prompt, LogitsFor::Last), (&[504, 2365, 6354], LogitsFor::All)];
+    for (pass, (tokens, which)) in passes.into_iter().enumerate() {
+        let want = rows(burn_model.forward(tokens, &mut burn_cache, which, &burn_causal_attention).expect("burn"));
+        let got = native.forward(tokens, &mut native_cache, which).expect("native");
+        assert_eq!(got.len(), want.len(), "pass {pass}: logits for the same positions");
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 2e-3, "pass {pass}: logits differ by {worst}");
+        assert_eq!(native_cache.len(), burn_cache.len());
+    }
+    let want = rows(burn_model.forward(&[42], &mut burn_cache, LogitsFor::Last, &burn_causal_attention).expect("burn"));
+    let got = rows(burn_model.forward(&[42], &mut native_cache, LogitsFor::Last, &burn_causal_attention).expect("burn on the native cache"));
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst < 2e-3, "burn on the native cache: logits differ by {worst}");
+    assert!(native.forward(&[], &mut native_cache, LogitsFor::Last).is_err(), "no tokens is an error");
+    assert!(native.forward(&[u32::MAX], &mut native_cache, LogitsFor::Last).is_err(), "a token outside the vocabulary is an error");
+}
+
+#[test]
 fn native_cpu_steps_equal_burn_steps_and_caches_convert_both_ways() {
     use evident::models::gguf::GgufFile;
     use evident::models::{Llama, NativeDecoder, burn_causal_attention};

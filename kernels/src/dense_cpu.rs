@@ -143,7 +143,7 @@ pub fn attention(qkv: &[f32], spans: &[SequenceSpan], shape: AttentionShape, out
 
 /// The output pointer, shared by tasks that write disjoint parts of it.
 #[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
+pub(crate) struct SharedOut(pub(crate) *mut f32);
 // SAFETY: tasks write disjoint elements (see `attention`).
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
@@ -151,12 +151,12 @@ unsafe impl Sync for SharedOut {}
 impl SharedOut {
     /// # Safety
     /// `offset` lies inside the buffer.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
+    pub(crate) unsafe fn at(self, offset: usize) -> *mut f32 {
         unsafe { self.0.add(offset) }
     }
 }
 
-fn softmax_in_place(row: &mut [f32]) {
+pub(crate) fn softmax_in_place(row: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the features the function is compiled for were just detected.

@@ -2,6 +2,7 @@
 //! without a GPU, and a plain-Rust reference for each that the tests compare against.
 
 mod attention;
+mod decoder_cpu;
 mod dense_cpu;
 mod gelu_cpu;
 mod gpu;
@@ -12,6 +13,7 @@ mod quant_matvec;
 mod topk;
 
 pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
+pub use decoder_cpu::{GroupedShape, causal_attention, rms_norm, rotary_angles, rotate_pairs, silu_gate};
 pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention_cpu, layer_norm, linear};
 pub use gelu_cpu::{gelu_in_place, gelu_reference};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};

@@ -48,8 +48,8 @@ pub struct BenchStagesArgs {
 /// Arguments of `evident bench generate`.
 #[derive(Args)]
 pub struct BenchGenerateArgs {
-    /// Backends to measure.
-    #[arg(long, value_delimiter = ',', default_value = "cpu,wgpu")]
+    /// Backends to measure: cpu (native decoder), burn-cpu (burn's prompt pass), wgpu.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,burn-cpu,wgpu")]
     backends: Vec<String>,
     /// Prompt length in tokens.
     #[arg(long, default_value_t = 512)]

@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use evident::generate::{EmbeddedGenerator, sampling_argmax};
+use evident::generate::{CpuPromptPass, EmbeddedGenerator, sampling_argmax};
 use evident::models::{ComputeDevice, KvCache, LogitsFor};
 
 use super::Context;
@@ -31,12 +31,15 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
     let mut rows = Vec::new();
     let mut prompt_ids = Vec::new();
     for backend in backends {
-        let compute = match backend.as_str() {
-            "cpu" => ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false },
-            "wgpu" => ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true },
-            other => bail!("unknown backend {other}; use cpu or wgpu"),
+        let cpu = ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false };
+        let (compute, prompt_pass) = match backend.as_str() {
+            "cpu" => (cpu, CpuPromptPass::Native),
+            "burn-cpu" => (cpu, CpuPromptPass::Burn),
+            "wgpu" => (ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true }, CpuPromptPass::Native),
+            other => bail!("unknown backend {other}; use cpu, burn-cpu or wgpu"),
         };
-        let generator = EmbeddedGenerator::load(&path, &compute).with_context(|| format!("loading {}", path.display()))?;
+        let generator =
+            EmbeddedGenerator::load_with(&path, &compute, prompt_pass).with_context(|| format!("loading {}", path.display()))?;
         if prompt_ids.is_empty() {
             let text = PROSE.repeat(prompt_tokens / 60 + 2);
             prompt_ids = generator.tokenizer().encode(&text)?;

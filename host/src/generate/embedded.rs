@@ -1,9 +1,10 @@
-//! The embedded generator: SmolLM2-135M-Instruct (or any llama GGUF) run by burn.
+//! The embedded generator: SmolLM2-135M-Instruct (or any llama GGUF), on Evident's native CPU
+//! decoder or on burn.
 
 use std::path::Path;
 
 use crate::models::{
-    CausalAttentionFn, ChatTokenizer, ChatTurn, ComputeDevice, KvCache, Llama, LogitsFor, ModelError, NativeDecoder, burn_causal_attention,
+    CausalAttentionFn, ChatTokenizer, ChatTurn, ComputeDevice, KvCache, Llama, LlamaConfig, LogitsFor, ModelError, NativeDecoder, burn_causal_attention,
     wgsl_causal_attention,
 };
 use crate::models::gguf::GgufFile;
@@ -11,34 +12,50 @@ use crate::models::gguf::GgufFile;
 use super::sampling::{Sampler, log_prob};
 use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generation, Generator, Message};
 
-/// A GGUF decoder and its tokenizer on one burn device.
+/// Which network runs multi-token passes (the prompt, teacher-forced choices) on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuPromptPass {
+    /// Evident's own decoder on f32 gemm (the default, and the faster).
+    Native,
+    /// Burn's network on its flex backend (kept as a cross-check and for the benchmark).
+    Burn,
+}
+
+/// A GGUF decoder and its tokenizer, on the CPU or on a burn GPU device.
 pub struct EmbeddedGenerator {
-    model: Llama,
-    /// Single-token steps on the CPU with quantised weights (None on wgpu).
+    /// Burn's network and its attention: every pass on wgpu; multi-token passes on the CPU
+    /// only when asked for (None otherwise).
+    burn: Option<(Llama, Box<CausalAttentionFn>)>,
+    /// The native CPU decoder (None on wgpu).
     native: Option<NativeDecoder>,
+    config: LlamaConfig,
     tokenizer: ChatTokenizer,
-    attention: Box<CausalAttentionFn>,
     name: String,
     wgpu: bool,
 }
 
 impl EmbeddedGenerator {
-    /// Loads the model in `path` onto `compute` (weights dequantised to f32).
+    /// Loads the model in `path` onto `compute`: the native decoder on the CPU, burn on wgpu.
     pub fn load(path: &Path, compute: &ComputeDevice) -> Result<EmbeddedGenerator, ModelError> {
-        let file = GgufFile::open(path)?;
-        let tokenizer = ChatTokenizer::from_gguf(&file)?;
-        let model = Llama::load(&file, &compute.device)?;
-        let native = if compute.wgpu { None } else { Some(NativeDecoder::load(&file, model.config())?) };
-        let name = file.string("general.name").unwrap_or("model").to_string();
-        // On wgpu attention runs through the WGSL kernel; on the CPU burn's own op is the fast one.
-        let attention: Box<CausalAttentionFn> = if compute.wgpu { Box::new(wgsl_causal_attention) } else { Box::new(burn_causal_attention) };
-        Ok(EmbeddedGenerator { model, native, tokenizer, attention, name, wgpu: compute.wgpu })
+        EmbeddedGenerator::load_with(path, compute, CpuPromptPass::Native)
     }
 
-    /// Replaces how attention is computed (the fused WGSL kernel on wgpu, for instance).
-    pub fn with_attention(mut self, attention: Box<CausalAttentionFn>) -> EmbeddedGenerator {
-        self.attention = attention;
-        self
+    /// Loads the model in `path` onto `compute`, choosing the CPU's prompt pass.
+    pub fn load_with(path: &Path, compute: &ComputeDevice, prompt_pass: CpuPromptPass) -> Result<EmbeddedGenerator, ModelError> {
+        let file = GgufFile::open(path)?;
+        let tokenizer = ChatTokenizer::from_gguf(&file)?;
+        let config = LlamaConfig::from_gguf(&file)?;
+        let native = if compute.wgpu { None } else { Some(NativeDecoder::load(&file, &config)?) };
+        // On wgpu attention runs through the WGSL kernel; on the CPU through burn's own op.
+        let burn = if compute.wgpu {
+            Some((Llama::load(&file, &compute.device)?, Box::new(wgsl_causal_attention) as Box<CausalAttentionFn>))
+        } else if prompt_pass == CpuPromptPass::Burn {
+            Some((Llama::load(&file, &compute.device)?, Box::new(burn_causal_attention) as Box<CausalAttentionFn>))
+        } else {
+            None
+        };
+        let name = file.string("general.name").unwrap_or("model").to_string();
+        Ok(EmbeddedGenerator { burn, native, config, tokenizer, name, wgpu: compute.wgpu })
     }
 
     /// The tokenizer and chat template.
@@ -54,16 +71,20 @@ impl EmbeddedGenerator {
 
     /// Next-token logits after running `tokens` on top of `cache`: the last position's, or all.
     pub fn logits(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Vec<f32>, ModelError> {
-        if let (Some(native), [token]) = (&self.native, tokens) {
-            return native.step(*token, cache);
+        match (&self.native, &self.burn, tokens) {
+            (Some(native), _, [token]) => native.step(*token, cache),
+            (Some(native), None, _) => native.forward(tokens, cache, which),
+            (_, Some((model, attention)), _) => {
+                let t = model.forward(tokens, cache, which, attention.as_ref())?;
+                read_logits(t)
+            }
+            (None, None, _) => Err(ModelError::Compute("no network is loaded".into())),
         }
-        let t = self.model.forward(tokens, cache, which, self.attention.as_ref())?;
-        t.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))
     }
 
     /// Greedy or sampled continuation of raw token ids (no chat template).
     pub fn generate_ids(&self, prompt: &[u32], request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<(Vec<u32>, Generation), GenerateError> {
-        let context = self.model.config().context;
+        let context = self.config.context;
         if prompt.is_empty() || prompt.len() >= context {
             return Err(GenerateError::PromptTooLong { tokens: prompt.len(), context });
         }
@@ -105,6 +126,11 @@ impl EmbeddedGenerator {
     }
 }
 
+/// Burn's logits read back into host memory.
+fn read_logits(t: burn::prelude::Tensor<2>) -> Result<Vec<f32>, ModelError> {
+    t.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))
+}
+
 /// How many bytes at the end of `text` to keep back: an unfinished UTF-8 character (decoded
 /// as U+FFFD) or the start of a stop string that the next token may complete.
 fn held_back(text: &str, stop: &[String]) -> usize {
@@ -127,7 +153,7 @@ impl Generator for EmbeddedGenerator {
 
     fn score_choices(&self, messages: &[Message], choices: &[String]) -> Result<Vec<ChoiceScore>, GenerateError> {
         let prompt = self.prompt_ids(messages)?;
-        let context = self.model.config().context;
+        let context = self.config.context;
         let mut cache = KvCache::default();
         let first = self.logits(&prompt, &mut cache, LogitsFor::Last)?;
         let vocab = first.len();

@@ -5,7 +5,7 @@ mod embedded;
 mod remote;
 mod sampling;
 
-pub use embedded::EmbeddedGenerator;
+pub use embedded::{CpuPromptPass, EmbeddedGenerator};
 pub use remote::{RemoteConfig, RemoteGenerator};
 pub use sampling::{Sampler, SamplingParams, argmax as sampling_argmax};
 

@@ -23,7 +23,8 @@ pub struct LlamaConfig {
 }
 
 impl LlamaConfig {
-    fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, GgufError> {
+    /// Reads the hyper-parameters from the GGUF metadata, refusing other architectures.
+    pub fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, GgufError> {
         let arch = file.string("general.architecture")?;
         if arch != "llama" {
             return Err(GgufError::Format(format!("the model's architecture is {arch}; Evident runs llama models")));

@@ -1,15 +1,27 @@
-//! One-token decoding steps of the Llama decoder on the CPU, with the weights left quantised.
+//! The Llama decoder on the CPU: the prompt pass as f32 matrix products, and one-token decoding
+//! steps with the weights left quantised.
 //!
-//! Burn runs the prompt (matrix products, where its CPU backend is fast) and every step on a
-//! GPU. A single new token on the CPU is different: each weight is read once, so the step costs
-//! what the weights weigh, and f32 weights are six times Q4_1's. This path reads the GGUF blocks
-//! directly; it computes the same network as `Llama::forward`, which the tests check.
+//! A prompt multiplies every weight by many rows at once, so it is bound by arithmetic and runs
+//! as gemm on f32 copies of the weights. A single new token is different: each weight is read
+//! once, so the step costs what the weights weigh, and f32 weights are six times Q4_1's; steps
+//! read the GGUF blocks directly. Both compute the same network as burn's `Llama::forward`,
+//! which the tests check.
 
-use evident_kernels::{BlockEncoding, QuantMatrix};
+use evident_kernels::{
+    BlockEncoding, GroupedShape, QuantMatrix, Weight, causal_attention, linear, rms_norm, rotary_angles, rotate_pairs, silu_gate,
+};
 
 use super::ModelError;
 use super::gguf::{GgufError, GgufFile, TensorEncoding};
-use super::llama::{KvCache, KvState, LlamaConfig};
+use super::llama::{KvCache, KvState, LlamaConfig, LogitsFor};
+
+/// A layer's matrices as f32, `out` rows of `inp` (GGUF's order), for the prompt pass.
+struct DenseLayer {
+    qkv: Vec<f32>,
+    wo: Vec<f32>,
+    gate_up: Vec<f32>,
+    down: Vec<f32>,
+}
 
 struct Layer {
     attn_norm: Vec<f32>,
@@ -20,9 +32,11 @@ struct Layer {
     /// Gate and up rows stacked.
     gate_up: QuantMatrix,
     down: QuantMatrix,
+    dense: DenseLayer,
 }
 
-/// The decoder's weights in their stored encoding, for single-token CPU steps.
+/// The decoder's weights: in their stored encoding for single-token steps, and as f32 for the
+/// prompt pass.
 pub struct NativeDecoder {
     config: LlamaConfig,
     embedding: QuantMatrix,
@@ -52,7 +66,7 @@ fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Quant
 }
 
 impl NativeDecoder {
-    /// Reads the weights of `config`'s network from `file`, keeping their encoding.
+    /// Reads the weights of `config`'s network from `file`: as stored, and as f32.
     pub fn load(file: &GgufFile, config: &LlamaConfig) -> Result<NativeDecoder, ModelError> {
         let c = config;
         let (d, f, kv) = (c.dim, c.ffn_dim, c.kv_heads * c.head_dim());
@@ -68,6 +82,12 @@ impl NativeDecoder {
                 ffn_norm: file.dequantize(&p("ffn_norm"))?,
                 gate_up: stack(&[matrix(&p("ffn_gate"), f, d)?, matrix(&p("ffn_up"), f, d)?])?,
                 down: matrix(&p("ffn_down"), d, f)?,
+                dense: DenseLayer {
+                    qkv: [file.dequantize(&p("attn_q"))?, file.dequantize(&p("attn_k"))?, file.dequantize(&p("attn_v"))?].concat(),
+                    wo: file.dequantize(&p("attn_output"))?,
+                    gate_up: [file.dequantize(&p("ffn_gate"))?, file.dequantize(&p("ffn_up"))?].concat(),
+                    down: file.dequantize(&p("ffn_down"))?,
+                },
             });
         }
         let head = if file.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
@@ -80,6 +100,69 @@ impl NativeDecoder {
             inv_freq: (0..hd / 2).map(|i| c.rope_base.powf(-2.0 * i as f64 / hd as f64)).collect(),
             config: config.clone(),
         })
+    }
+
+    /// Runs `tokens` after those in `cache` (which grows by them) as one batch of matrix products
+    /// and returns next-token logits, `[positions × vocab]`, for the last token or for each.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Vec<f32>, ModelError> {
+        let c = &self.config;
+        let (s, start) = (tokens.len(), cache.len);
+        if s == 0 {
+            return Err(ModelError::Compute("no tokens to run".into()));
+        }
+        if start + s > c.context {
+            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", start + s, c.context)));
+        }
+        if let Some(token) = tokens.iter().find(|&&t| t as usize >= c.vocab) {
+            return Err(ModelError::Compute(format!("token {token} is outside the vocabulary")));
+        }
+        let mut kv = cache.take_host()?;
+        if kv.is_empty() {
+            kv = (0..c.layers).map(|_| (Vec::new(), Vec::new())).collect();
+        }
+        let (d, f, hd) = (c.dim, c.ffn_dim, c.head_dim());
+        let kv_dim = c.kv_heads * hd;
+        let qkv_width = d + 2 * kv_dim;
+        let shape = GroupedShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: hd };
+        let (cos, sin) = rotary_angles(start..start + s, hd, c.rope_base);
+        let no_bias = vec![0.0; qkv_width.max(2 * f)];
+        let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.embedding.row(t as usize)).collect();
+        let mut h = vec![0.0; s * d];
+        let mut qkv = vec![0.0; s * qkv_width];
+        let mut ctx = vec![0.0; s * d];
+        let mut gate_up = vec![0.0; s * 2 * f];
+        let mut gated = vec![0.0; s * f];
+        for (layer, (ck, cv)) in self.layers.iter().zip(kv.iter_mut()) {
+            let w = &layer.dense;
+            rms_norm(&x, &layer.attn_norm, c.norm_eps, &mut h);
+            linear(&h, s, Weight { values: &w.qkv, inp: d, out: qkv_width }, &no_bias[..qkv_width], &mut qkv, false);
+            // Queries and keys sit side by side at the start of each row: one rotation for both.
+            rotate_pairs(&mut qkv, qkv_width, d + kv_dim, hd, &cos, &sin);
+            for row in qkv.chunks_exact(qkv_width) {
+                ck.extend_from_slice(&row[d..d + kv_dim]);
+                cv.extend_from_slice(&row[d + kv_dim..]);
+            }
+            causal_attention(&qkv, qkv_width, ck, cv, shape, &mut ctx);
+            // The residual connections are added by the products themselves (accumulate).
+            linear(&ctx, s, Weight { values: &w.wo, inp: d, out: d }, &no_bias[..d], &mut x, true);
+            rms_norm(&x, &layer.ffn_norm, c.norm_eps, &mut h);
+            linear(&h, s, Weight { values: &w.gate_up, inp: d, out: 2 * f }, &no_bias[..2 * f], &mut gate_up, false);
+            silu_gate(&gate_up, f, &mut gated);
+            linear(&gated, s, Weight { values: &w.down, inp: f, out: d }, &no_bias[..d], &mut x, true);
+        }
+        cache.state = KvState::Host(kv);
+        cache.len = start + s;
+        let rows = match which {
+            LogitsFor::Last => s - 1..s,
+            LogitsFor::All => 0..s,
+        };
+        let mut logits = vec![0.0; rows.len() * c.vocab];
+        let mut normed = vec![0.0; d];
+        for (row, out) in rows.zip(logits.chunks_exact_mut(c.vocab)) {
+            rms_norm(&x[row * d..(row + 1) * d], &self.output_norm, c.norm_eps, &mut normed);
+            self.lm_head.matvec(&normed, out);
+        }
+        Ok(logits)
     }
 
     /// Runs one token after those in `cache` (which grows by it) and returns its next-token logits.
@@ -166,13 +249,5 @@ impl NativeDecoder {
         let mut logits = vec![0.0; c.vocab];
         self.lm_head.matvec(&h, &mut logits);
         Ok(logits)
-    }
-}
-
-fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
-    let mean = x.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / x.len() as f64;
-    let scale = (1.0 / (mean + eps).sqrt()) as f32;
-    for ((o, v), w) in out.iter_mut().zip(x).zip(weight) {
-        *o = v * scale * w;
     }
 }

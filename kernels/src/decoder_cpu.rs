@@ -1,0 +1,153 @@
+//! Building blocks of a Llama-style decoder's prompt pass on the CPU: RMS normalisation, rotary
+//! position embedding, the SiLU-gated feed-forward's activation, and grouped-query causal
+//! attention of new tokens over the keys and values of every token so far.
+//!
+//! Matrix products go through the `gemm` crate, as in the encoder (`dense_cpu`).
+
+use std::ops::Range;
+
+use gemm::{Parallelism, gemm};
+use rayon::prelude::*;
+
+use crate::dense_cpu::{SharedOut, exp, softmax_in_place};
+
+/// Rows per thread task in the row-wise passes and in attention.
+const ROW_CHUNK: usize = 64;
+
+/// Scales each row of `x` (`weight.len()` values) to unit root mean square, then by `weight`,
+/// into the same row of `out`.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
+    let width = weight.len();
+    assert_eq!(x.len(), out.len(), "x and out have the same rows");
+    assert!(width > 0 && x.len().is_multiple_of(width), "rows are weight.len() wide");
+    let rows = |out: &mut [f32], x: &[f32]| {
+        for (o, x) in out.chunks_exact_mut(width).zip(x.chunks_exact(width)) {
+            let mean = x.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / width as f64;
+            let scale = (1.0 / (mean + eps).sqrt()) as f32;
+            for ((o, v), w) in o.iter_mut().zip(x).zip(weight) {
+                *o = v * scale * w;
+            }
+        }
+    };
+    // A decoding step normalises one row 61 times per token: handing that to the thread pool
+    // costs more than the work.
+    if x.len() <= ROW_CHUNK * width {
+        rows(out, x);
+    } else {
+        out.par_chunks_mut(ROW_CHUNK * width).zip(x.par_chunks(ROW_CHUNK * width)).for_each(|(out, x)| rows(out, x));
+    }
+}
+
+/// Cosines and sines of the rotary angles for each position in `positions`, `head_dim / 2` per
+/// position: angle i of position p is p · base^(−2i / head_dim).
+pub fn rotary_angles(positions: Range<usize>, head_dim: usize, base: f64) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let inv_freq: Vec<f64> = (0..half).map(|i| base.powf(-2.0 * i as f64 / head_dim as f64)).collect();
+    positions.flat_map(|p| inv_freq.iter().map(move |f| p as f64 * f)).map(|a| (a.cos() as f32, a.sin() as f32)).unzip()
+}
+
+/// Rotates adjacent pairs (llama.cpp's layout) of the first `width` values of each row of `x`
+/// (rows `stride` apart), in heads of `head_dim`, by the angles of that row's position
+/// (`cos` and `sin` from [`rotary_angles`], one position per row).
+pub fn rotate_pairs(x: &mut [f32], stride: usize, width: usize, head_dim: usize, cos: &[f32], sin: &[f32]) {
+    let half = head_dim / 2;
+    assert!(width <= stride && width.is_multiple_of(head_dim) && head_dim.is_multiple_of(2), "whole heads of pairs");
+    assert!(x.len().is_multiple_of(stride), "whole rows");
+    assert_eq!(cos.len(), x.len() / stride * half, "one position's angles per row");
+    assert_eq!(sin.len(), cos.len());
+    x.par_chunks_mut(stride).zip(cos.par_chunks(half).zip(sin.par_chunks(half))).for_each(|(row, (cos, sin))| {
+        for head in row[..width].chunks_exact_mut(head_dim) {
+            for ((pair, c), s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+                let (a, b) = (pair[0], pair[1]);
+                pair[0] = a * c - b * s;
+                pair[1] = a * s + b * c;
+            }
+        }
+    });
+}
+
+/// The gated feed-forward's activation: each row of `gate_up` holds `width` gate values and
+/// then `width` up values; the same row of `out` gets silu(gate) · up.
+pub fn silu_gate(gate_up: &[f32], width: usize, out: &mut [f32]) {
+    assert_eq!(gate_up.len(), 2 * out.len(), "gate_up rows are twice as wide as out's");
+    assert!(width > 0 && out.len().is_multiple_of(width), "rows are width wide");
+    out.par_chunks_mut(ROW_CHUNK * width).zip(gate_up.par_chunks(ROW_CHUNK * 2 * width)).for_each(|(out, gate_up)| {
+        for (o, gu) in out.chunks_exact_mut(width).zip(gate_up.chunks_exact(2 * width)) {
+            let (gate, up) = gu.split_at(width);
+            for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+                // e^(−|g|) stays in exp's range (x ≤ 0) on both sides of zero.
+                let e = exp(-g.abs());
+                let sigmoid = if g >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) };
+                *o = g * sigmoid * u;
+            }
+        }
+    });
+}
+
+/// Grouped-query attention: `heads` query heads share `kv_heads` key and value heads.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupedShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// Causal attention of the newest tokens over every token so far. `keys` and `values` hold one
+/// row of `kv_heads · head_dim` per token (t rows); the queries are the last `new` of those
+/// tokens, row i of them at `q[i · q_stride..]`, `heads · head_dim` wide. Query i attends
+/// tokens 0 ..= t − new + i; `out` (new rows of `heads · head_dim`) receives
+/// softmax(q kᵀ / √head_dim) v for every head.
+pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32], shape: GroupedShape, out: &mut [f32]) {
+    let GroupedShape { heads, kv_heads, head_dim: d } = shape;
+    assert!(heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads) && d > 0, "query heads come in whole groups");
+    let (width, kv_width) = (heads * d, kv_heads * d);
+    assert!(out.len().is_multiple_of(width), "out is new rows of heads · head_dim");
+    let new = out.len() / width;
+    assert_eq!(keys.len(), values.len(), "a value row per key row");
+    assert!(keys.len().is_multiple_of(kv_width), "keys are rows of kv_heads · head_dim");
+    let total = keys.len() / kv_width;
+    assert!(new <= total, "the queries are among the cached tokens");
+    if new == 0 {
+        return;
+    }
+    assert!(q_stride >= width && q.len() >= (new - 1) * q_stride + width, "q holds every query row");
+    let group = heads / kv_heads;
+    let scale = 1.0 / (d as f32).sqrt();
+    let past = total - new;
+    let out_ptr = SharedOut(out.as_mut_ptr());
+    let tasks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..new).step_by(ROW_CHUNK).map(move |r| (h, r))).collect();
+    tasks.par_iter().for_each_init(Vec::new, |scores: &mut Vec<f32>, &(head, first)| {
+        let rows = ROW_CHUNK.min(new - first);
+        // The block's last query sees this many tokens; later columns are never needed.
+        let seen = past + first + rows;
+        let kv_offset = (head / group) * d;
+        scores.resize(rows * seen, 0.0);
+        // SAFETY: the query rows first..first+rows, and the key rows 0..seen of this head's
+        // group, lie inside q and keys (checked above); scores is rows × seen.
+        unsafe {
+            gemm(
+                rows, seen, d,
+                scores.as_mut_ptr(), 1, seen as isize, false,
+                q.as_ptr().add(first * q_stride + head * d), 1, q_stride as isize,
+                keys.as_ptr().add(kv_offset), kv_width as isize, 1,
+                0.0, scale, false, false, false, Parallelism::None,
+            );
+        }
+        for (i, row) in scores.chunks_exact_mut(seen).enumerate() {
+            let (visible, future) = row.split_at_mut(past + first + i + 1);
+            softmax_in_place(visible);
+            future.fill(0.0);
+        }
+        // SAFETY: each task writes only its own head's columns of its own block of rows, so no
+        // two tasks touch the same value of `out`; the value rows 0..seen lie inside values.
+        unsafe {
+            gemm(
+                rows, d, seen,
+                out_ptr.at(first * width + head * d), 1, width as isize, false,
+                scores.as_ptr(), 1, seen as isize,
+                values.as_ptr().add(kv_offset), 1, kv_width as isize,
+                0.0, 1.0, false, false, false, Parallelism::None,
+            );
+        }
+    });
+}

@@ -1,0 +1,125 @@
+//! The CPU decoder's prompt-pass building blocks (RMS norm, rotary embedding, gated SiLU,
+//! grouped-query causal attention over a cache) against plain f64 loops, on random inputs of odd
+//! shapes; outputs start as noise so that a value the code forgets to write fails.
+
+use evident_kernels::{GroupedShape, causal_attention, rms_norm, rotary_angles, rotate_pairs, silu_gate};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn noise(n: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn assert_close(got: &[f32], want: &[f64], tolerance: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((f64::from(*g) - w).abs() <= tolerance * (1.0 + w.abs()), "{what}: index {i} is {g}, want {w}");
+    }
+}
+
+#[test]
+fn rms_norm_matches_the_definition() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for (rows, width) in [(1, 1), (3, 7), (130, 576), (65, 33)] {
+        let x: Vec<f32> = noise(rows * width, &mut rng).iter().map(|v| v * 5.0).collect();
+        let weight = noise(width, &mut rng);
+        let mut got = noise(rows * width, &mut rng);
+        rms_norm(&x, &weight, 1e-5, &mut got);
+        let mut want = vec![0.0f64; rows * width];
+        for r in 0..rows {
+            let row = &x[r * width..(r + 1) * width];
+            let ms = row.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / width as f64;
+            for i in 0..width {
+                want[r * width + i] = f64::from(row[i]) / (ms + 1e-5).sqrt() * f64::from(weight[i]);
+            }
+        }
+        assert_close(&got, &want, 1e-5, &format!("rms norm {rows}x{width}"));
+    }
+}
+
+#[test]
+fn rotary_embedding_rotates_the_first_heads_of_each_row_by_its_position() {
+    let mut rng = StdRng::seed_from_u64(2);
+    for (rows, first, stride, width, d) in [(1, 0, 2, 2, 2), (5, 17, 30, 24, 8), (70, 1000, 200, 192, 64)] {
+        let before = noise(rows * stride, &mut rng);
+        let mut got = before.clone();
+        let (cos, sin) = rotary_angles(first..first + rows, d, 10_000.0);
+        rotate_pairs(&mut got, stride, width, d, &cos, &sin);
+        let mut want: Vec<f64> = before.iter().map(|v| f64::from(*v)).collect();
+        for r in 0..rows {
+            for head in 0..width / d {
+                for i in 0..d / 2 {
+                    let angle = (first + r) as f64 / 10_000f64.powf(2.0 * i as f64 / d as f64);
+                    let at = r * stride + head * d + 2 * i;
+                    let (a, b) = (f64::from(before[at]), f64::from(before[at + 1]));
+                    want[at] = a * angle.cos() - b * angle.sin();
+                    want[at + 1] = a * angle.sin() + b * angle.cos();
+                }
+            }
+        }
+        assert_close(&got, &want, 1e-5, &format!("rope {rows} rows from {first}, {width} of {stride}, heads of {d}"));
+    }
+}
+
+#[test]
+fn gated_silu_matches_the_definition_far_into_both_tails() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for (rows, width) in [(1, 1), (3, 17), (131, 1536)] {
+        let gate_up: Vec<f32> = noise(rows * 2 * width, &mut rng).iter().map(|v| v * 30.0).collect();
+        let mut got = noise(rows * width, &mut rng);
+        silu_gate(&gate_up, width, &mut got);
+        let mut want = vec![0.0f64; rows * width];
+        for r in 0..rows {
+            for i in 0..width {
+                let (g, u) = (f64::from(gate_up[r * 2 * width + i]), f64::from(gate_up[r * 2 * width + width + i]));
+                want[r * width + i] = g / (1.0 + (-g).exp()) * u;
+            }
+        }
+        assert_close(&got, &want, 1e-5, &format!("gated silu {rows}x{width}"));
+    }
+}
+
+/// Causal grouped-query attention in f64, each query at its own position among `total` tokens.
+fn causal_reference(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32], shape: GroupedShape, new: usize) -> Vec<f64> {
+    let GroupedShape { heads, kv_heads, head_dim: d } = shape;
+    let (width, kv_width) = (heads * d, kv_heads * d);
+    let total = keys.len() / kv_width;
+    let mut out = vec![0.0f64; new * width];
+    for i in 0..new {
+        let position = total - new + i;
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let scores: Vec<f64> = (0..=position)
+                .map(|j| (0..d).map(|x| f64::from(q[i * q_stride + h * d + x]) * f64::from(keys[j * kv_width + g * d + x])).sum::<f64>() / (d as f64).sqrt())
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = exps.iter().sum();
+            for x in 0..d {
+                out[i * width + h * d + x] = exps.iter().enumerate().map(|(j, e)| e / sum * f64::from(values[j * kv_width + g * d + x])).sum();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn causal_attention_over_a_cache_matches_the_masked_softmax() {
+    let mut rng = StdRng::seed_from_u64(4);
+    // (new, past, heads, kv_heads, head_dim, extra columns in each query row)
+    for (new, past, heads, kv_heads, d, extra) in
+        [(1, 0, 1, 1, 1, 0), (1, 9, 3, 1, 5, 4), (7, 0, 4, 2, 3, 0), (130, 3, 9, 3, 64, 384), (65, 200, 6, 6, 16, 1)]
+    {
+        let shape = GroupedShape { heads, kv_heads, head_dim: d };
+        let q_stride = heads * d + extra;
+        let total = new + past;
+        // Larger values make the softmax peaked, as trained attention often is.
+        let q: Vec<f32> = noise(new * q_stride, &mut rng).iter().map(|v| v * 3.0).collect();
+        let keys: Vec<f32> = noise(total * kv_heads * d, &mut rng).iter().map(|v| v * 3.0).collect();
+        let values = noise(total * kv_heads * d, &mut rng);
+        let mut got = noise(new * heads * d, &mut rng);
+        causal_attention(&q, q_stride, &keys, &values, shape, &mut got);
+        let want = causal_reference(&q, q_stride, &keys, &values, shape, new);
+        assert_close(&got, &want, 1e-4, &format!("causal attention {new} new after {past}, {shape:?}"));
+    }
+}
