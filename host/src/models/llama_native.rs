@@ -179,9 +179,9 @@ impl NativeDecoder {
         if kv.is_empty() {
             kv = (0..c.layers).map(|_| (Vec::new(), Vec::new())).collect();
         }
-        let (hd, rep) = (c.head_dim(), c.heads / c.kv_heads);
+        let hd = c.head_dim();
         let kv_dim = c.kv_heads * hd;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let shape = GroupedShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: hd };
         let (cos, sin): (Vec<f32>, Vec<f32>) =
             self.inv_freq.iter().map(|f| ((pos as f64 * f).cos() as f32, (pos as f64 * f).sin() as f32)).unzip();
         let rope = |v: &mut [f32]| {
@@ -200,7 +200,6 @@ impl NativeDecoder {
         let mut proj = vec![0.0; c.dim];
         let mut gate_up = vec![0.0; 2 * c.ffn_dim];
         let t = pos + 1;
-        let mut scores = vec![0.0f32; t];
         for (layer, (ck, cv)) in self.layers.iter().zip(kv.iter_mut()) {
             rms_norm(&x, &layer.attn_norm, c.norm_eps, &mut h);
             layer.qkv.matvec(&h, &mut qkv);
@@ -210,28 +209,7 @@ impl NativeDecoder {
             rope(k);
             ck.extend_from_slice(k);
             cv.extend_from_slice(v);
-            for head in 0..c.heads {
-                let kvh = head / rep;
-                let qh = &q[head * hd..(head + 1) * hd];
-                for (j, s) in scores.iter_mut().enumerate() {
-                    let kj = &ck[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-                    *s = qh.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
-                }
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0.0;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    total += *s;
-                }
-                let out = &mut ctx[head * hd..(head + 1) * hd];
-                out.fill(0.0);
-                for (j, p) in scores.iter().enumerate() {
-                    let vj = &cv[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-                    for (o, vv) in out.iter_mut().zip(vj) {
-                        *o += p / total * vv;
-                    }
-                }
-            }
+            causal_attention(q, c.dim, ck, cv, shape, &mut ctx);
             layer.wo.matvec(&ctx, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
             rms_norm(&x, &layer.ffn_norm, c.norm_eps, &mut h);
