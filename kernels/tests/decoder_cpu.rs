@@ -3,19 +3,11 @@
 //! shapes; outputs start as noise so that a value the code forgets to write fails.
 
 use evident_kernels::{GroupedShape, causal_attention, rms_norm, rotary_angles, rotate_pairs, silu_gate};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-fn noise(n: usize, rng: &mut StdRng) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
-}
-
-fn assert_close(got: &[f32], want: &[f64], tolerance: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((f64::from(*g) - w).abs() <= tolerance * (1.0 + w.abs()), "{what}: index {i} is {g}, want {w}");
-    }
-}
+mod common;
+use common::{assert_close, noise};
 
 #[test]
 fn rms_norm_matches_the_definition() {

@@ -52,6 +52,21 @@ impl LlamaConfig {
     pub fn head_dim(&self) -> usize {
         self.dim / self.heads
     }
+
+    /// Whether `tokens` can run after `cached` ones: at least one, each in the vocabulary, and
+    /// all within the context.
+    pub fn check_pass(&self, cached: usize, tokens: &[u32]) -> Result<(), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::Compute("no tokens to run".into()));
+        }
+        if cached + tokens.len() > self.context {
+            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", cached + tokens.len(), self.context)));
+        }
+        match tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            Some(token) => Err(ModelError::Compute(format!("token {token} is outside the vocabulary"))),
+            None => Ok(()),
+        }
+    }
 }
 
 struct Layer {
@@ -240,12 +255,7 @@ impl Llama {
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor, attention: &CausalAttentionFn) -> Result<Tensor<2>, ModelError> {
         let c = &self.config;
         let (s, start) = (tokens.len(), cache.len);
-        if s == 0 {
-            return Err(ModelError::Compute("no tokens to run".into()));
-        }
-        if start + s > c.context {
-            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", start + s, c.context)));
-        }
+        c.check_pass(start, tokens)?;
         let dev = &self.device;
         let hd = c.head_dim();
         let ids = Tensor::<2, Int>::from_data(TensorData::new(tokens.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), [1, s]), dev);

@@ -107,15 +107,7 @@ impl NativeDecoder {
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Vec<f32>, ModelError> {
         let c = &self.config;
         let (s, start) = (tokens.len(), cache.len);
-        if s == 0 {
-            return Err(ModelError::Compute("no tokens to run".into()));
-        }
-        if start + s > c.context {
-            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", start + s, c.context)));
-        }
-        if let Some(token) = tokens.iter().find(|&&t| t as usize >= c.vocab) {
-            return Err(ModelError::Compute(format!("token {token} is outside the vocabulary")));
-        }
+        c.check_pass(start, tokens)?;
         let mut kv = cache.take_host()?;
         if kv.is_empty() {
             kv = (0..c.layers).map(|_| (Vec::new(), Vec::new())).collect();
@@ -169,12 +161,7 @@ impl NativeDecoder {
     pub fn step(&self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, ModelError> {
         let c = &self.config;
         let pos = cache.len;
-        if pos + 1 > c.context {
-            return Err(ModelError::Compute(format!("{} tokens exceed the model's context of {}", pos + 1, c.context)));
-        }
-        if token as usize >= c.vocab {
-            return Err(ModelError::Compute(format!("token {token} is outside the vocabulary")));
-        }
+        c.check_pass(pos, &[token])?;
         let mut kv = cache.take_host()?;
         if kv.is_empty() {
             kv = (0..c.layers).map(|_| (Vec::new(), Vec::new())).collect();
