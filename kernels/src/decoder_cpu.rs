@@ -20,7 +20,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
     let width = weight.len();
     assert_eq!(x.len(), out.len(), "x and out have the same rows");
     assert!(width > 0 && x.len().is_multiple_of(width), "rows are weight.len() wide");
-    let rows = |out: &mut [f32], x: &[f32]| {
+    by_row_chunks(out, width, x, width, |out, x| {
         for (o, x) in out.chunks_exact_mut(width).zip(x.chunks_exact(width)) {
             let mean = x.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / width as f64;
             let scale = (1.0 / (mean + eps).sqrt()) as f32;
@@ -28,13 +28,17 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
                 *o = v * scale * w;
             }
         }
-    };
-    // A decoding step normalises one row 61 times per token: handing that to the thread pool
-    // costs more than the work.
-    if x.len() <= ROW_CHUNK * width {
-        rows(out, x);
+    });
+}
+
+/// Runs `rows` over matching chunks of `ROW_CHUNK` rows of `out` and `input` on the thread
+/// pool, or right here when there is only one chunk: a decoding step's single row costs less
+/// than handing it to the pool, and a step makes dozens of these calls.
+fn by_row_chunks(out: &mut [f32], out_width: usize, input: &[f32], in_width: usize, rows: impl Fn(&mut [f32], &[f32]) + Sync + Send) {
+    if out.len() <= ROW_CHUNK * out_width {
+        rows(out, input);
     } else {
-        out.par_chunks_mut(ROW_CHUNK * width).zip(x.par_chunks(ROW_CHUNK * width)).for_each(|(out, x)| rows(out, x));
+        out.par_chunks_mut(ROW_CHUNK * out_width).zip(input.par_chunks(ROW_CHUNK * in_width)).for_each(|(out, input)| rows(out, input));
     }
 }
 
@@ -55,7 +59,7 @@ pub fn rotate_pairs(x: &mut [f32], stride: usize, width: usize, head_dim: usize,
     assert!(x.len().is_multiple_of(stride), "whole rows");
     assert_eq!(cos.len(), x.len() / stride * half, "one position's angles per row");
     assert_eq!(sin.len(), cos.len());
-    x.par_chunks_mut(stride).zip(cos.par_chunks(half).zip(sin.par_chunks(half))).for_each(|(row, (cos, sin))| {
+    let rotate = |(row, (cos, sin)): (&mut [f32], (&[f32], &[f32]))| {
         for head in row[..width].chunks_exact_mut(head_dim) {
             for ((pair, c), s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
                 let (a, b) = (pair[0], pair[1]);
@@ -63,7 +67,13 @@ pub fn rotate_pairs(x: &mut [f32], stride: usize, width: usize, head_dim: usize,
                 pair[1] = a * s + b * c;
             }
         }
-    });
+    };
+    // One row (a decoding step) is done here rather than handed to the thread pool.
+    if x.len() <= stride {
+        x.chunks_mut(stride).zip(cos.chunks(half).zip(sin.chunks(half))).for_each(rotate);
+    } else {
+        x.par_chunks_mut(stride).zip(cos.par_chunks(half).zip(sin.par_chunks(half))).for_each(rotate);
+    }
 }
 
 /// The gated feed-forward's activation: each row of `gate_up` holds `width` gate values and
@@ -71,7 +81,7 @@ pub fn rotate_pairs(x: &mut [f32], stride: usize, width: usize, head_dim: usize,
 pub fn silu_gate(gate_up: &[f32], width: usize, out: &mut [f32]) {
     assert_eq!(gate_up.len(), 2 * out.len(), "gate_up rows are twice as wide as out's");
     assert!(width > 0 && out.len().is_multiple_of(width), "rows are width wide");
-    out.par_chunks_mut(ROW_CHUNK * width).zip(gate_up.par_chunks(ROW_CHUNK * 2 * width)).for_each(|(out, gate_up)| {
+    by_row_chunks(out, width, gate_up, 2 * width, |out, gate_up| {
         for (o, gu) in out.chunks_exact_mut(width).zip(gate_up.chunks_exact(2 * width)) {
             let (gate, up) = gu.split_at(width);
             for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {

@@ -43,7 +43,6 @@ pub struct NativeDecoder {
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
     lm_head: QuantMatrix,
-    inv_freq: Vec<f64>,
 }
 
 /// The `[rows, cols]` matrix `name`, in its stored encoding where the kernels have a fast path.
@@ -91,13 +90,11 @@ impl NativeDecoder {
             });
         }
         let head = if file.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
-        let hd = c.head_dim();
         Ok(NativeDecoder {
             embedding: matrix("token_embd.weight", c.vocab, d)?,
             lm_head: matrix(head, c.vocab, d)?,
             layers,
             output_norm: file.dequantize("output_norm.weight")?,
-            inv_freq: (0..hd / 2).map(|i| c.rope_base.powf(-2.0 * i as f64 / hd as f64)).collect(),
             config: config.clone(),
         })
     }
@@ -169,43 +166,29 @@ impl NativeDecoder {
         let hd = c.head_dim();
         let kv_dim = c.kv_heads * hd;
         let shape = GroupedShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: hd };
-        let (cos, sin): (Vec<f32>, Vec<f32>) =
-            self.inv_freq.iter().map(|f| ((pos as f64 * f).cos() as f32, (pos as f64 * f).sin() as f32)).unzip();
-        let rope = |v: &mut [f32]| {
-            for head in v.chunks_exact_mut(hd) {
-                for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-                    let (a, b) = (pair[0], pair[1]);
-                    pair[0] = a * cos[i] - b * sin[i];
-                    pair[1] = a * sin[i] + b * cos[i];
-                }
-            }
-        };
+        let (cos, sin) = rotary_angles(pos..pos + 1, hd, c.rope_base);
         let mut x = self.embedding.row(token as usize);
         let mut h = vec![0.0; c.dim];
         let mut qkv = vec![0.0; c.dim + 2 * kv_dim];
         let mut ctx = vec![0.0; c.dim];
         let mut proj = vec![0.0; c.dim];
         let mut gate_up = vec![0.0; 2 * c.ffn_dim];
+        let mut gated = vec![0.0; c.ffn_dim];
         let t = pos + 1;
         for (layer, (ck, cv)) in self.layers.iter().zip(kv.iter_mut()) {
             rms_norm(&x, &layer.attn_norm, c.norm_eps, &mut h);
             layer.qkv.matvec(&h, &mut qkv);
-            let (q, kv_new) = qkv.split_at_mut(c.dim);
-            let (k, v) = kv_new.split_at_mut(kv_dim);
-            rope(q);
-            rope(k);
-            ck.extend_from_slice(k);
-            cv.extend_from_slice(v);
-            causal_attention(q, c.dim, ck, cv, shape, &mut ctx);
+            let width = qkv.len();
+            rotate_pairs(&mut qkv, width, c.dim + kv_dim, hd, &cos, &sin);
+            ck.extend_from_slice(&qkv[c.dim..c.dim + kv_dim]);
+            cv.extend_from_slice(&qkv[c.dim + kv_dim..]);
+            causal_attention(&qkv, width, ck, cv, shape, &mut ctx);
             layer.wo.matvec(&ctx, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
             rms_norm(&x, &layer.ffn_norm, c.norm_eps, &mut h);
             layer.gate_up.matvec(&h, &mut gate_up);
-            let (gate, up) = gate_up.split_at_mut(c.ffn_dim);
-            for (g, u) in gate.iter_mut().zip(up.iter()) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
-            layer.down.matvec(gate, &mut proj);
+            silu_gate(&gate_up, c.ffn_dim, &mut gated);
+            layer.down.matvec(&gated, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
         }
         cache.state = KvState::Host(kv);
