@@ -51,7 +51,7 @@ fn check_greedy(generator: &EmbeddedGenerator, backend: &str, cases: usize, tol:
         }
         let want = ids(&case["continuation_ids"]);
         let request = GenerateRequest::user("", want.len());
-        let (got, generation) = generator.generate_ids(&prompt, &request, &mut |_| {}).expect("generates");
+        let (got, generation) = generator.generate_ids(&prompt, &request, None, &mut |_| {}).expect("generates");
         let want_tokens: Vec<u32> = want.iter().copied().filter(|&t| t != 2).collect();
         assert_eq!(got, want_tokens, "{backend}: greedy continuation of {:?}", case["prompt_text"]);
         assert_eq!(generation.text, case["continuation_text"].as_str().expect("text").trim_end_matches("<|im_end|>"));
@@ -97,7 +97,7 @@ fn score_choices_ranks_the_obvious_reply_first_and_matches_transformers() {
         let messages = vec![Message::text("user", case["prompt"].as_str().expect("prompt"))];
         let choices: Vec<String> = serde_json::from_value(case["choices"].clone()).expect("choices");
         assert_eq!(generator.prompt_ids(&messages).expect("ids"), ids(&case["prompt_ids"]));
-        let scores = generator.score_choices(&messages, &choices).expect("scores");
+        let scores = generator.score_choices(&messages, &choices, None).expect("scores");
         for (got, want) in scores.iter().zip(floats(&case["choice_logprobs"])) {
             assert!((got.logprob - want).abs() < 1e-3, "{}: {} vs {want}", got.choice, got.logprob);
         }
@@ -112,7 +112,7 @@ fn score_choices_ranks_the_obvious_reply_first_and_matches_transformers() {
     // scrambled one of the same words.
     let messages = vec![Message::text("user", "What is the capital of France?")];
     let scores = generator
-        .score_choices(&messages, &["The capital of France is Paris.".into(), "Paris capital The is France of.".into()])
+        .score_choices(&messages, &["The capital of France is Paris.".into(), "Paris capital The is France of.".into()], None)
         .expect("scores");
     assert!(scores[0].logprob > scores[1].logprob + 5.0, "{scores:?}");
 }
@@ -123,11 +123,11 @@ fn stop_strings_and_token_limits_end_generation() {
     let mut request = GenerateRequest::user("What is the capital of France?", 32);
     request.stop = vec![" is".into()];
     let mut streamed = String::new();
-    let out = generator.generate(&request, &mut |piece| streamed.push_str(piece)).expect("generates");
+    let out = generator.generate(&request, None, &mut |piece| streamed.push_str(piece)).expect("generates");
     assert_eq!(out.text, "The capital of France");
     assert_eq!(streamed, out.text, "what streams is what is returned");
     let request = GenerateRequest::user("Write a long story about a dragon.", 5);
-    let out = generator.generate(&request, &mut |_| {}).expect("generates");
+    let out = generator.generate(&request, None, &mut |_| {}).expect("generates");
     assert_eq!(out.completion_tokens, 5);
     assert_eq!(out.finish, evident::generate::FinishReason::Length);
 }
@@ -197,7 +197,7 @@ fn native_cpu_steps_equal_burn_steps_and_caches_convert_both_ways() {
         let got = if step == 1 {
             rows(burn_model.forward(&[token], &mut native_cache, LogitsFor::Last, &burn_causal_attention).expect("burn on a host cache"))
         } else {
-            native.step(token, &mut native_cache).expect("native step")
+            native.forward(&[token], &mut native_cache, LogitsFor::Last).expect("native step")
         };
         let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(worst < 1e-3, "step {step}: logits differ by {worst}");

@@ -47,6 +47,7 @@ impl Fixture {
             vectors: Arc::new(evident::retrieval::PageVectorCache::new(64)),
             generator: Arc::new(EmbeddedGenerator::load(&models.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"), &cpu).expect("generator")),
             generator_images: false,
+            prompt_cache_bytes: 256 << 20,
         };
         Fixture { _app: app, services: Arc::new(services) }
     }

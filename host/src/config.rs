@@ -72,8 +72,11 @@ pub enum GeneratorBackend {
 #[serde(deny_unknown_fields)]
 pub struct GeneratorConfig {
     pub backend: GeneratorBackend,
-    /// The embedded model's GGUF file, relative to `models_dir`.
-    pub model_file: PathBuf,
+    /// The embedded model: a name set-up provides (`qwen2.5-1.5b`, `qwen2.5-0.5b`,
+    /// `smollm2-135m`) or a GGUF file's path relative to `models_dir`.
+    pub model: String,
+    /// Memory for the prompt caches one request keeps for reuse by its later prompts, MiB.
+    pub prompt_cache_mib: u64,
     pub openai: crate::generate::RemoteConfig,
 }
 

@@ -50,21 +50,46 @@ pub fn rotary_angles(positions: Range<usize>, head_dim: usize, base: f64) -> (Ve
     positions.flat_map(|p| inv_freq.iter().map(move |f| p as f64 * f)).map(|a| (a.cos() as f32, a.sin() as f32)).unzip()
 }
 
-/// Rotates adjacent pairs (llama.cpp's layout) of the first `width` values of each row of `x`
-/// (rows `stride` apart), in heads of `head_dim`, by the angles of that row's position
-/// (`cos` and `sin` from [`rotary_angles`], one position per row).
-pub fn rotate_pairs(x: &mut [f32], stride: usize, width: usize, head_dim: usize, cos: &[f32], sin: &[f32]) {
+/// Which values of a head rotate together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Values 2i and 2i + 1 (llama.cpp's layout for Llama models, whose query and key weights
+    /// its converter permutes to match).
+    AdjacentPairs,
+    /// Values i and i + head_dim / 2 (llama.cpp's NEOX layout, as Qwen2 uses): with the wrong
+    /// one the model writes fluent nonsense.
+    Halves,
+}
+
+/// Rotates the first `width` values of each row of `x` (rows `stride` apart), in heads of
+/// `head_dim` with pairs in `layout`, by the angles of that row's position (`cos` and `sin`
+/// from [`rotary_angles`], one position per row).
+pub fn rotate(x: &mut [f32], stride: usize, width: usize, head_dim: usize, layout: RopeLayout, cos: &[f32], sin: &[f32]) {
     let half = head_dim / 2;
     assert!(width <= stride && width.is_multiple_of(head_dim) && head_dim.is_multiple_of(2), "whole heads of pairs");
     assert!(x.len().is_multiple_of(stride), "whole rows");
     assert_eq!(cos.len(), x.len() / stride * half, "one position's angles per row");
     assert_eq!(sin.len(), cos.len());
+    let turn = |a: &mut f32, b: &mut f32, c: f32, s: f32| {
+        let (x, y) = (*a, *b);
+        *a = x * c - y * s;
+        *b = x * s + y * c;
+    };
     let rotate = |(row, (cos, sin)): (&mut [f32], (&[f32], &[f32]))| {
         for head in row[..width].chunks_exact_mut(head_dim) {
-            for ((pair, c), s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
-                let (a, b) = (pair[0], pair[1]);
-                pair[0] = a * c - b * s;
-                pair[1] = a * s + b * c;
+            match layout {
+                RopeLayout::AdjacentPairs => {
+                    for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+                        let (a, b) = pair.split_at_mut(1);
+                        turn(&mut a[0], &mut b[0], c, s);
+                    }
+                }
+                RopeLayout::Halves => {
+                    let (first, second) = head.split_at_mut(half);
+                    for (((a, b), &c), &s) in first.iter_mut().zip(second).zip(cos).zip(sin) {
+                        turn(a, b, c, s);
+                    }
+                }
             }
         }
     };
@@ -123,6 +148,9 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
     assert!(q_stride >= width && q.len() >= (new - 1) * q_stride + width, "q holds every query row");
     let group = heads / kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
+    if new == 1 {
+        return attend_one(&q[..width], keys, values, shape, scale, out);
+    }
     let past = total - new;
     let out_ptr = SharedOut(out.as_mut_ptr());
     let tasks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..new).step_by(ROW_CHUNK).map(move |r| (h, r))).collect();
@@ -160,4 +188,46 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
             );
         }
     });
+}
+
+/// Multiply-adds below which a decoding step's attention stays on this thread.
+const ONE_QUERY_SERIAL_MACS: usize = 1 << 20;
+
+/// A decoding step's attention (one query row over every cached token): plain loops per head,
+/// where a matrix product of one row would cost more to set up than to run.
+fn attend_one(q: &[f32], keys: &[f32], values: &[f32], shape: GroupedShape, scale: f32, out: &mut [f32]) {
+    let GroupedShape { heads, kv_heads, head_dim: d } = shape;
+    let kv_width = kv_heads * d;
+    let total = keys.len() / kv_width;
+    let group = heads / kv_heads;
+    let head = |h: usize, out: &mut [f32], scores: &mut Vec<f32>| {
+        let (qh, kv) = (&q[h * d..(h + 1) * d], (h / group) * d);
+        scores.clear();
+        scores.extend(keys.chunks_exact(kv_width).map(|k| dot(&k[kv..kv + d], qh) * scale));
+        softmax_in_place(scores);
+        out.fill(0.0);
+        for (p, v) in scores.iter().zip(values.chunks_exact(kv_width)) {
+            out.iter_mut().zip(&v[kv..kv + d]).for_each(|(o, v)| *o += p * v);
+        }
+    };
+    if heads * total * d * 2 < ONE_QUERY_SERIAL_MACS {
+        let mut scores = Vec::with_capacity(total);
+        out.chunks_exact_mut(d).enumerate().for_each(|(h, o)| head(h, o, &mut scores));
+    } else {
+        out.par_chunks_exact_mut(d).enumerate().for_each_init(Vec::new, |scores, (h, o)| head(h, o, scores));
+    }
+}
+
+/// Σ a·b in sixteen separate sums, so the compiler vectorises it (one running sum must keep
+/// the order of additions and cannot).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }

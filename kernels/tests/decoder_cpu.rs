@@ -2,7 +2,7 @@
 //! grouped-query causal attention over a cache) against plain f64 loops, on random inputs of odd
 //! shapes; outputs start as noise so that a value the code forgets to write fails.
 
-use evident_kernels::{GroupedShape, causal_attention, rms_norm, rotary_angles, rotate_pairs, silu_gate};
+use evident_kernels::{GroupedShape, RopeLayout, causal_attention, rms_norm, rotary_angles, rotate, silu_gate};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -32,24 +32,31 @@ fn rms_norm_matches_the_definition() {
 #[test]
 fn rotary_embedding_rotates_the_first_heads_of_each_row_by_its_position() {
     let mut rng = StdRng::seed_from_u64(2);
-    for (rows, first, stride, width, d) in [(1, 0, 2, 2, 2), (5, 17, 30, 24, 8), (70, 1000, 200, 192, 64)] {
-        let before = noise(rows * stride, &mut rng);
-        let mut got = before.clone();
-        let (cos, sin) = rotary_angles(first..first + rows, d, 10_000.0);
-        rotate_pairs(&mut got, stride, width, d, &cos, &sin);
-        let mut want: Vec<f64> = before.iter().map(|v| f64::from(*v)).collect();
-        for r in 0..rows {
-            for head in 0..width / d {
-                for i in 0..d / 2 {
-                    let angle = (first + r) as f64 / 10_000f64.powf(2.0 * i as f64 / d as f64);
-                    let at = r * stride + head * d + 2 * i;
-                    let (a, b) = (f64::from(before[at]), f64::from(before[at + 1]));
-                    want[at] = a * angle.cos() - b * angle.sin();
-                    want[at + 1] = a * angle.sin() + b * angle.cos();
+    let cases = [(1, 0, 2, 2, 2, 10_000.0), (5, 17, 30, 24, 8, 10_000.0), (70, 1000, 200, 192, 64, 10_000.0), (9, 3000, 272, 256, 128, 1e6)];
+    for (rows, first, stride, width, d, base) in cases {
+        for layout in [RopeLayout::AdjacentPairs, RopeLayout::Halves] {
+            let before = noise(rows * stride, &mut rng);
+            let mut got = before.clone();
+            let (cos, sin) = rotary_angles(first..first + rows, d, base);
+            rotate(&mut got, stride, width, d, layout, &cos, &sin);
+            let mut want: Vec<f64> = before.iter().map(|v| f64::from(*v)).collect();
+            for r in 0..rows {
+                for head in 0..width / d {
+                    for i in 0..d / 2 {
+                        let angle = (first + r) as f64 / base.powf(2.0 * i as f64 / d as f64);
+                        let at = r * stride + head * d;
+                        let (ia, ib) = match layout {
+                            RopeLayout::AdjacentPairs => (at + 2 * i, at + 2 * i + 1),
+                            RopeLayout::Halves => (at + i, at + i + d / 2),
+                        };
+                        let (a, b) = (f64::from(before[ia]), f64::from(before[ib]));
+                        want[ia] = a * angle.cos() - b * angle.sin();
+                        want[ib] = a * angle.sin() + b * angle.cos();
+                    }
                 }
             }
+            assert_close(&got, &want, 1e-5, &format!("rope {layout:?} {rows} rows from {first}, {width} of {stride}, heads of {d}"));
         }
-        assert_close(&got, &want, 1e-5, &format!("rope {rows} rows from {first}, {width} of {stride}, heads of {d}"));
     }
 }
 
@@ -98,9 +105,10 @@ fn causal_reference(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32], sh
 #[test]
 fn causal_attention_over_a_cache_matches_the_masked_softmax() {
     let mut rng = StdRng::seed_from_u64(4);
-    // (new, past, heads, kv_heads, head_dim, extra columns in each query row)
+    // (new, past, heads, kv_heads, head_dim, extra columns in each query row); single new
+    // tokens after short and long caches take the decoding step's serial and parallel loops.
     for (new, past, heads, kv_heads, d, extra) in
-        [(1, 0, 1, 1, 1, 0), (1, 9, 3, 1, 5, 4), (7, 0, 4, 2, 3, 0), (130, 3, 9, 3, 64, 384), (65, 200, 6, 6, 16, 1)]
+        [(1, 0, 1, 1, 1, 0), (1, 9, 3, 1, 5, 4), (1, 2047, 12, 2, 128, 512), (7, 0, 4, 2, 3, 0), (130, 3, 9, 3, 64, 384), (65, 200, 6, 6, 16, 1)]
     {
         let shape = GroupedShape { heads, kv_heads, head_dim: d };
         let q_stride = heads * d + extra;

@@ -1,85 +1,275 @@
-//! The block-encoded matrix-vector product against the dequantised rows times x, on random
-//! blocks of odd shapes (the AVX2 path where the CPU has it, and the portable one).
+//! Block-encoded weights against a plain dequantise-then-multiply reference, on random blocks
+//! of odd shapes: decoding, the matrix-vector product on every CPU path, and the many-row
+//! product (prompt pass) on every matmul path.
 
-use evident_kernels::{BlockEncoding, CpuPath, QuantMatrix};
-use half::f16;
+mod common;
+
+use common::{assert_close, noise};
+use evident_kernels::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, vnni_rounded};
+use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+fn f16_bytes(v: f32) -> [u8; 2] {
+    f16::from_f32(v).to_le_bytes()
+}
+
+/// Random GGUF blocks: random quant bits, scales in the ranges real files have.
 fn random_gguf_blocks(encoding: BlockEncoding, blocks: usize, rng: &mut StdRng) -> Vec<u8> {
     let mut raw = Vec::new();
+    let bytes = |n: usize, raw: &mut Vec<u8>, rng: &mut StdRng| raw.extend((0..n).map(|_| rng.random::<u8>()));
     for _ in 0..blocks {
-        raw.extend(f16::from_f32(rng.random_range(0.001..0.1)).to_le_bytes());
-        if encoding == BlockEncoding::Q4_1 {
-            raw.extend(f16::from_f32(rng.random_range(-0.5..0.5)).to_le_bytes());
+        match encoding {
+            BlockEncoding::Q4_0 | BlockEncoding::Q5_0 | BlockEncoding::Q8_0 => {
+                raw.extend(f16_bytes(rng.random_range(0.001..0.1)));
+                bytes(encoding.gguf_block_bytes() - 2, &mut raw, rng);
+            }
+            BlockEncoding::Q4_1 => {
+                raw.extend(f16_bytes(rng.random_range(0.001..0.1)));
+                raw.extend(f16_bytes(rng.random_range(-0.5..0.5)));
+                bytes(16, &mut raw, rng);
+            }
+            BlockEncoding::Q4_K => {
+                raw.extend(f16_bytes(rng.random_range(0.0001..0.01)));
+                raw.extend(f16_bytes(rng.random_range(0.0001..0.01)));
+                bytes(12 + 128, &mut raw, rng);
+            }
+            BlockEncoding::Q6_K => {
+                bytes(128 + 64 + 16, &mut raw, rng);
+                raw.extend(f16_bytes(rng.random_range(0.0001..0.01)));
+            }
         }
-        let n = if encoding == BlockEncoding::Q8_0 { 32 } else { 16 };
-        raw.extend((0..n).map(|_| rng.random::<u8>()));
     }
     raw
 }
 
-/// ggml's own reading of a block, independent of the repacked storage.
-fn dequantize_gguf(encoding: BlockEncoding, raw: &[u8]) -> Vec<f32> {
-    let mut out = Vec::new();
+fn half_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// ggml's own C reading of each block (`dequantize_row_*` in ggml-quants.c), written out
+/// independently of the kernels' repacked storage.
+fn reference_dequantize(encoding: BlockEncoding, raw: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
     for b in raw.chunks_exact(encoding.gguf_block_bytes()) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
         match encoding {
-            BlockEncoding::Q8_0 => out.extend(b[2..].iter().map(|&q| f32::from(q as i8) * d)),
+            BlockEncoding::Q8_0 => y.extend(b[2..].iter().map(|&q| f32::from(q as i8) * half_at(b, 0))),
             BlockEncoding::Q4_0 => {
-                out.extend(b[2..].iter().map(|&q| (f32::from(q & 15) - 8.0) * d));
-                out.extend(b[2..].iter().map(|&q| (f32::from(q >> 4) - 8.0) * d));
+                let d = half_at(b, 0);
+                let mut v = [0.0; 32];
+                for j in 0..16 {
+                    v[j] = (f32::from(b[2 + j] & 15) - 8.0) * d;
+                    v[j + 16] = (f32::from(b[2 + j] >> 4) - 8.0) * d;
+                }
+                y.extend(v);
             }
             BlockEncoding::Q4_1 => {
-                let m = f16::from_le_bytes([b[2], b[3]]).to_f32();
-                out.extend(b[4..].iter().map(|&q| f32::from(q & 15) * d + m));
-                out.extend(b[4..].iter().map(|&q| f32::from(q >> 4) * d + m));
+                let (d, m) = (half_at(b, 0), half_at(b, 2));
+                let mut v = [0.0; 32];
+                for j in 0..16 {
+                    v[j] = f32::from(b[4 + j] & 15) * d + m;
+                    v[j + 16] = f32::from(b[4 + j] >> 4) * d + m;
+                }
+                y.extend(v);
+            }
+            BlockEncoding::Q5_0 => {
+                let d = half_at(b, 0);
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let mut v = [0.0; 32];
+                for j in 0..16 {
+                    let xh0 = (((qh >> j) << 4) & 0x10) as u8;
+                    let xh1 = ((qh >> (j + 12)) & 0x10) as u8;
+                    v[j] = (f32::from((b[6 + j] & 0x0f) | xh0) - 16.0) * d;
+                    v[j + 16] = (f32::from((b[6 + j] >> 4) | xh1) - 16.0) * d;
+                }
+                y.extend(v);
+            }
+            BlockEncoding::Q4_K => {
+                let (d, dmin) = (half_at(b, 0), half_at(b, 2));
+                let scales = &b[4..16];
+                let get = |j: usize| -> (u8, u8) {
+                    if j < 4 {
+                        (scales[j] & 63, scales[j + 4] & 63)
+                    } else {
+                        ((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
+                    }
+                };
+                let mut q = &b[16..];
+                let mut is = 0;
+                for _ in (0..256).step_by(64) {
+                    let (sc, m) = get(is);
+                    let (d1, m1) = (d * f32::from(sc), dmin * f32::from(m));
+                    let (sc, m) = get(is + 1);
+                    let (d2, m2) = (d * f32::from(sc), dmin * f32::from(m));
+                    y.extend((0..32).map(|l| d1 * f32::from(q[l] & 0xF) - m1));
+                    y.extend((0..32).map(|l| d2 * f32::from(q[l] >> 4) - m2));
+                    q = &q[32..];
+                    is += 2;
+                }
+            }
+            BlockEncoding::Q6_K => {
+                let d = half_at(b, 208);
+                let (mut ql, mut qh, mut sc) = (&b[..128], &b[128..192], &b[192..208]);
+                for _ in 0..2 {
+                    let mut v = [0.0; 128];
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+                        let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                        let s = |k: usize| d * f32::from(sc[is + k] as i8);
+                        v[l] = s(0) * q1 as f32;
+                        v[l + 32] = s(2) * q2 as f32;
+                        v[l + 64] = s(4) * q3 as f32;
+                        v[l + 96] = s(6) * q4 as f32;
+                    }
+                    y.extend(v);
+                    (ql, qh, sc) = (&ql[64..], &qh[32..], &sc[8..]);
+                }
             }
         }
     }
-    out
+    y
+}
+
+/// Shapes per block size: one row; a row count that leaves a partial thread task; widths of
+/// the Qwen2.5 (896, 1536, 4864) and SmolLM2 (576) models, and odd block counts.
+fn shapes(encoding: BlockEncoding) -> Vec<(usize, usize)> {
+    if encoding.block_weights() == 256 {
+        vec![(1, 256), (67, 768), (193, 2304), (130, 1536)]
+    } else {
+        vec![(1, 32), (67, 96), (193, 576), (130, 896)]
+    }
+}
+
+fn dense_product(w: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
+    (0..rows)
+        .map(|r| {
+            let row = &w[r * cols..(r + 1) * cols];
+            let want: f64 = row.iter().zip(x).map(|(w, x)| f64::from(*w) * f64::from(*x)).sum();
+            let scale: f64 = row.iter().zip(x).map(|(w, x)| f64::from((w * x).abs())).sum();
+            (want, scale)
+        })
+        .unzip()
+}
+
+#[test]
+fn blocks_decode_as_ggml_does() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for encoding in BlockEncoding::ALL {
+        for (rows, cols) in shapes(encoding) {
+            let raw = random_gguf_blocks(encoding, rows * cols / encoding.block_weights(), &mut rng);
+            let want = reference_dequantize(encoding, &raw);
+            let mut flat = Vec::new();
+            dequantize_gguf(encoding, &raw, &mut flat);
+            let want64: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+            assert_close(&flat, &want64, 1e-6, &format!("{encoding:?} dequantize_gguf"));
+            let m = QuantMatrix::from_gguf_blocks(encoding, rows, cols, &raw).expect("valid blocks");
+            for r in [0, rows / 2, rows - 1] {
+                assert_close(&m.row(r), &want64[r * cols..(r + 1) * cols], 1e-6, &format!("{encoding:?} {rows}x{cols} row {r}"));
+            }
+        }
+    }
 }
 
 #[test]
 fn block_matvec_equals_the_dequantised_product() {
     println!("paths on this CPU: {:?}", CpuPath::available());
     let mut rng = StdRng::seed_from_u64(17);
-    for encoding in [BlockEncoding::Q4_1, BlockEncoding::Q4_0, BlockEncoding::Q8_0] {
-        // One row; a row count that leaves a partial thread task; SmolLM2's 576 and 1536 widths.
-        for (rows, cols) in [(1, 32), (67, 96), (193, 576), (130, 1536)] {
-            let raw = random_gguf_blocks(encoding, rows * cols / 32, &mut rng);
+    for encoding in BlockEncoding::ALL {
+        for (rows, cols) in shapes(encoding) {
+            let raw = random_gguf_blocks(encoding, rows * cols / encoding.block_weights(), &mut rng);
             let m = QuantMatrix::from_gguf_blocks(encoding, rows, cols, &raw).expect("valid blocks");
-            let dense = dequantize_gguf(encoding, &raw);
-            for r in [0, rows / 2, rows - 1] {
-                assert_eq!(m.row(r), dense[r * cols..(r + 1) * cols], "{encoding:?} row {r} decodes as ggml does");
-            }
-            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+            let dense = reference_dequantize(encoding, &raw);
+            let x = noise(cols, &mut rng);
+            let (want, scale) = dense_product(&dense, &x, rows, cols);
             for path in CpuPath::available() {
                 let mut out = vec![f32::NAN; rows];
                 m.matvec_on(path, &x, &mut out);
-                for (r, got) in out.iter().enumerate() {
-                    let row = &dense[r * cols..(r + 1) * cols];
-                    let want: f64 = row.iter().zip(&x).map(|(w, x)| f64::from(*w) * f64::from(*x)).sum();
-                    let scale: f64 = row.iter().zip(&x).map(|(w, x)| f64::from((w * x).abs())).sum();
-                    assert!((f64::from(*got) - want).abs() <= 1e-5 * (1.0 + scale), "{path:?} {encoding:?} {rows}x{cols} row {r}: {got} vs {want}");
+                // The VNNI path rounds x to 8-bit integers per run of 32 (x ≈ d·q, d = max|x|/127):
+                // exact against the rounded vector, and off the true one by at most
+                // Σ |w| · d / 2.
+                let rounded = if path == CpuPath::Avx512Vnni { vnni_rounded(&x) } else { None };
+                let (exact, rounding) = match &rounded {
+                    Some(xr) => {
+                        let amax: Vec<f64> = x.chunks(32).map(|r| r.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))).collect();
+                        let bound: Vec<f64> = (0..rows)
+                            .map(|r| (0..cols).map(|i| f64::from(dense[r * cols + i].abs()) * amax[i / 32] / 254.0).sum())
+                            .collect();
+                        (dense_product(&dense, xr, rows, cols).0, bound)
+                    }
+                    None => (want.clone(), vec![0.0; rows]),
+                };
+                for r in 0..rows {
+                    let got = f64::from(out[r]);
+                    assert!((got - exact[r]).abs() <= 1e-5 * (1.0 + scale[r]), "{path:?} {encoding:?} {rows}x{cols} row {r}: {got} vs {}", exact[r]);
+                    assert!((got - want[r]).abs() <= rounding[r] + 1e-5 * (1.0 + scale[r]), "{path:?} {encoding:?} row {r}: rounding error past its bound");
                 }
             }
         }
     }
 }
 
-trait CloneRows {
-    fn clone_rows(&self) -> QuantMatrix;
+fn round_bf16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
 }
 
-impl CloneRows for QuantMatrix {
-    fn clone_rows(&self) -> QuantMatrix {
-        QuantMatrix::stack(std::slice::from_ref(self)).expect("one part stacks")
+#[test]
+fn many_row_products_equal_the_dequantised_product_on_every_path() {
+    println!("matmul paths on this CPU: {:?}", MatmulPath::available());
+    let mut rng = StdRng::seed_from_u64(29);
+    let stacked_shapes = [(BlockEncoding::Q4_K, BlockEncoding::Q6_K, 256), (BlockEncoding::Q5_0, BlockEncoding::Q8_0, 96)];
+    for (first, second, cols) in stacked_shapes {
+        // Two parts in different encodings stacked (as query/key/value are), 12-row panels
+        // left partial: 29 + 8 rows.
+        let (ra, rb) = (29, 8);
+        let raw_a = random_gguf_blocks(first, ra * cols / first.block_weights(), &mut rng);
+        let raw_b = random_gguf_blocks(second, rb * cols / second.block_weights(), &mut rng);
+        let a = QuantMatrix::from_gguf_blocks(first, ra, cols, &raw_a).expect("blocks");
+        let b = QuantMatrix::from_gguf_blocks(second, rb, cols, &raw_b).expect("blocks");
+        let w = QuantMatrix::stack(vec![a, b]).expect("stacks");
+        let rows = ra + rb;
+        let dense = [reference_dequantize(first, &raw_a), reference_dequantize(second, &raw_b)].concat();
+        let decoded: Vec<f32> = (0..rows).flat_map(|r| w.row(r)).collect();
+        for m in [1, 5, 9, 31, 33, 70] {
+            let x = noise(m * cols, &mut rng);
+            for path in MatmulPath::available() {
+                // bfloat16 products are checked against the product of the rounded inputs (the
+                // kernels' own decoding, checked against ggml's above, rounded: a weight one f32
+                // step from a rounding midpoint must round the same way on both sides); row by
+                // row, against the vector the matrix-vector path reads (see above).
+                let (wr, xr) = match path {
+                    MatmulPath::Bf16 => (round_bf16(&decoded), round_bf16(&x)),
+                    MatmulPath::RowByRow => {
+                        let rows_read = x.chunks(cols).flat_map(|row| vnni_rounded(row).unwrap_or_else(|| row.to_vec())).collect();
+                        (dense.clone(), rows_read)
+                    }
+                    MatmulPath::F32Panels => (dense.clone(), x.clone()),
+                };
+                let prior: Vec<f32> = (0..m * rows).map(|_| rng.random_range(-1.0..1.0)).collect();
+                for accumulate in [false, true] {
+                    let mut out = prior.clone();
+                    w.matmul_on(path, &x, m, &mut out, accumulate);
+                    for i in 0..m {
+                        let (want, scale) = dense_product(&wr, &xr[i * cols..(i + 1) * cols], rows, cols);
+                        for r in 0..rows {
+                            let want = want[r] + if accumulate { f64::from(prior[i * rows + r]) } else { 0.0 };
+                            let got = f64::from(out[i * rows + r]);
+                            assert!(
+                                (got - want).abs() <= 1e-5 * (2.0 + scale[r]),
+                                "{path:?} {first:?}+{second:?} m={m} accumulate={accumulate} row {i} col {r}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
 #[test]
-fn f32_matvec_and_shape_errors() {
+fn f32_rows_stacking_and_shape_errors() {
     let mut rng = StdRng::seed_from_u64(5);
     let (rows, cols) = (9, 37);
     let values: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -93,18 +283,31 @@ fn f32_matvec_and_shape_errors() {
             assert!((out[r] - want).abs() < 1e-4, "{path:?} row {r}");
         }
     }
+    // An odd width cannot pair up for bfloat16: the product still comes out right.
+    let xs: Vec<f32> = (0..3 * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+    for path in MatmulPath::available() {
+        let mut out = vec![0.0; 3 * rows];
+        m.matmul_on(path, &xs, 3, &mut out, false);
+        for i in 0..3 {
+            for r in 0..rows {
+                let want: f32 = values[r * cols..(r + 1) * cols].iter().zip(&xs[i * cols..]).map(|(w, x)| w * x).sum();
+                assert!((out[i * rows + r] - want).abs() < 1e-4, "{path:?} f32 rows, row {i} col {r}");
+            }
+        }
+    }
     assert!(QuantMatrix::from_f32(2, 2, vec![0.0; 3]).is_err());
     // Stacking keeps each part's rows, in order, whatever their encodings.
     let raw = random_gguf_blocks(BlockEncoding::Q4_1, 3 * 64 / 32, &mut rng);
-    let q = QuantMatrix::from_gguf_blocks(BlockEncoding::Q4_1, 3, 64, &raw).expect("blocks");
     let raw8 = random_gguf_blocks(BlockEncoding::Q8_0, 2 * 64 / 32, &mut rng);
-    let q8 = QuantMatrix::from_gguf_blocks(BlockEncoding::Q8_0, 2, 64, &raw8).expect("blocks");
-    for parts in [vec![q8.clone_rows(), q.clone_rows()], vec![q.clone_rows(), q.clone_rows()]] {
-        let stacked = QuantMatrix::stack(&parts).expect("stacks");
-        let want: Vec<Vec<f32>> = parts.iter().flat_map(|p| (0..p.rows()).map(|r| p.row(r))).collect();
+    let q = || QuantMatrix::from_gguf_blocks(BlockEncoding::Q4_1, 3, 64, &raw).expect("blocks");
+    let q8 = || QuantMatrix::from_gguf_blocks(BlockEncoding::Q8_0, 2, 64, &raw8).expect("blocks");
+    for parts in [vec![q8(), q()], vec![q(), q()]] {
+        let want: Vec<Vec<f32>> = parts.iter().flat_map(|p| (0..p.rows()).map(|r| p.row(r)).collect::<Vec<_>>()).collect();
+        let stacked = QuantMatrix::stack(parts).expect("stacks");
         assert_eq!((0..stacked.rows()).map(|r| stacked.row(r)).collect::<Vec<_>>(), want);
     }
-    assert!(QuantMatrix::stack(&[q.clone_rows(), m]).is_err(), "different widths");
+    assert!(QuantMatrix::stack(vec![q(), m]).is_err(), "different widths");
     assert!(QuantMatrix::from_gguf_blocks(BlockEncoding::Q4_1, 2, 48, &[0; 40]).is_err(), "48 is not whole blocks");
     assert!(QuantMatrix::from_gguf_blocks(BlockEncoding::Q8_0, 2, 32, &[0; 67]).is_err(), "wrong byte count");
+    assert!(QuantMatrix::from_gguf_blocks(BlockEncoding::Q4_K, 1, 128, &[0; 72]).is_err(), "half a super-block");
 }

@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use evident::generate::{CpuPromptPass, EmbeddedGenerator, sampling_argmax};
+use evident::generate::{CpuPromptPass, EmbeddedGenerator, Generator, PromptCache, embedded_model_path, sampling_argmax};
 use evident::models::{ComputeDevice, KvCache, LogitsFor};
 
 use super::Context;
@@ -25,11 +25,23 @@ struct Row {
     peak_mib: f64,
 }
 
+/// A second prompt that shares most of the first, run with and without the first's cache.
+struct Reuse {
+    engine: String,
+    tokens: usize,
+    computed: u64,
+    reused: u64,
+    cold_s: f64,
+    warm_s: f64,
+}
+
 /// Measures each backend (and llama.cpp when `python` has llama_cpp) and prints a table.
 pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_tokens: usize, python: Option<&Path>) -> Result<ExitCode> {
-    let path = ctx.config.models_dir.join(&ctx.config.generator.model_file);
+    let path = embedded_model_path(&ctx.config.models_dir, &ctx.config.generator.model)?;
     let mut rows = Vec::new();
+    let mut reuse_rows = Vec::new();
     let mut prompt_ids = Vec::new();
+    let mut title = String::new();
     for backend in backends {
         let cpu = ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false };
         let (compute, prompt_pass) = match backend.as_str() {
@@ -44,6 +56,8 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
             let text = PROSE.repeat(prompt_tokens / 60 + 2);
             prompt_ids = generator.tokenizer().encode(&text)?;
             prompt_ids.truncate(prompt_tokens);
+            let weights = generator.weight_bytes().map(|b| format!(", weights {:.0} MiB in memory", b as f64 / (1 << 20) as f64)).unwrap_or_default();
+            title = format!("{}{weights}", generator.describe());
         }
         // One warm-up pass compiles kernels and fills caches.
         measure(&generator, &prompt_ids[..prompt_ids.len().min(16)], 2)?;
@@ -54,6 +68,7 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
             decode_tps: decode_tokens as f64 / decode_s,
             peak_mib: peak_rss_mib(),
         });
+        reuse_rows.push(measure_reuse(&generator, &prompt_ids, &format!("evident {backend}"))?);
     }
     if let Some(python) = python {
         let out = Command::new(python)
@@ -74,12 +89,18 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
             peak_mib: v["peak_mib"].as_f64().unwrap_or(0.0),
         });
     }
-    println!("SmolLM2-135M-Instruct Q4_1, prompt {} tokens, decode {decode_tokens} tokens (greedy)", prompt_ids.len());
+    println!("{title}: prompt {} tokens, decode {decode_tokens} tokens (greedy), {} threads", prompt_ids.len(), rayon::current_num_threads());
     println!("{:<40} {:>12} {:>12} {:>14}", "engine", "prompt tok/s", "decode tok/s", "peak RSS MiB");
     for r in rows {
         println!("{:<40} {:>12.1} {:>12.1} {:>14.0}", r.engine, r.prompt_tps, r.decode_tps, r.peak_mib);
     }
     println!("(peak RSS is the process's high-water mark so far: later rows include earlier ones)");
+    println!();
+    println!("A second prompt sharing all but its last eighth with the first (a prompt cache per request):");
+    println!("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10}", "engine", "tokens", "computed", "read", "cold s", "reused s");
+    for r in reuse_rows {
+        println!("{:<40} {:>8} {:>10} {:>10} {:>10.2} {:>10.2}", r.engine, r.tokens, r.computed, r.reused, r.cold_s, r.warm_s);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,6 +116,33 @@ fn measure(generator: &EmbeddedGenerator, prompt: &[u32], decode: usize) -> Resu
         logits = generator.logits(&[next], &mut cache, LogitsFor::Last)?;
     }
     Ok((prompt_s, started.elapsed().as_secs_f64()))
+}
+
+/// The prompt with its last eighth changed, run cold and then after the original prompt went
+/// through a prompt cache.
+fn measure_reuse(generator: &EmbeddedGenerator, prompt: &[u32], engine: &str) -> Result<Reuse> {
+    let keep = prompt.len() - prompt.len() / 8;
+    let mut second = prompt[..keep].to_vec();
+    second.extend(prompt[keep..].iter().rev());
+    let started = Instant::now();
+    generator.logits(&second, &mut KvCache::default(), LogitsFor::Last)?;
+    let cold_s = started.elapsed().as_secs_f64();
+    let cache = PromptCache::new(4 << 30);
+    let request = evident::generate::GenerateRequest { max_tokens: 1, ..evident::generate::GenerateRequest::user("", 1) };
+    generator.generate_ids(prompt, &request, Some(&cache), &mut |_| {})?;
+    let before = cache.reuse();
+    let started = Instant::now();
+    generator.generate_ids(&second, &request, Some(&cache), &mut |_| {})?;
+    let warm_s = started.elapsed().as_secs_f64();
+    let after = cache.reuse();
+    Ok(Reuse {
+        engine: engine.to_string(),
+        tokens: second.len(),
+        computed: after.computed - before.computed,
+        reused: after.reused - before.reused,
+        cold_s,
+        warm_s,
+    })
 }
 
 /// The process's peak resident memory (VmHWM), in MiB.

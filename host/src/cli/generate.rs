@@ -47,7 +47,7 @@ pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
     }
     messages.push(Message::text("user", args.prompt));
     if !args.choices.is_empty() {
-        let scores = generator.score_choices(&messages, &args.choices)?;
+        let scores = generator.score_choices(&messages, &args.choices, None)?;
         for s in scores {
             println!("{:>10.4}  {}", s.logprob, s.choice);
         }
@@ -61,7 +61,7 @@ pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
     };
     let started = Instant::now();
     let mut out = std::io::stdout().lock();
-    let generation = generator.generate(&request, &mut |piece| {
+    let generation = generator.generate(&request, None, &mut |piece| {
         let _ = out.write_all(piece.as_bytes());
         let _ = out.flush();
     })?;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use evident::config::{ApplianceConfig, ComputeBackend, GeneratorBackend};
-use evident::generate::{EmbeddedGenerator, Generator, RemoteGenerator};
+use evident::generate::{EmbeddedGenerator, Generator, RemoteGenerator, embedded_model_path};
 use evident::plugins::{PluginRegistry, StageRuntime};
 use evident::ingest::PdfReader;
 use evident::models::{TextEncoder, burn_device};
@@ -86,7 +86,7 @@ impl Context {
             GeneratorBackend::Openai => Box::new(RemoteGenerator::new(self.config.generator.openai.clone())),
             GeneratorBackend::Embedded => {
                 let compute = burn_device(self.config.compute.backend);
-                let path = self.config.models_dir.join(&self.config.generator.model_file);
+                let path = embedded_model_path(&self.config.models_dir, &self.config.generator.model)?;
                 Box::new(EmbeddedGenerator::load(&path, &compute)?)
             }
         })
@@ -116,6 +116,7 @@ impl Context {
             vectors: std::sync::Arc::new(evident::retrieval::PageVectorCache::new(self.config.compute.vector_cache_mib)),
             generator: std::sync::Arc::from(self.generator()?),
             generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,
+            prompt_cache_bytes: (g.prompt_cache_mib as usize) << 20,
         }))
     }
 

@@ -1,5 +1,5 @@
-//! The embedded generator: SmolLM2-135M-Instruct (or any llama GGUF), on Evident's native CPU
-//! decoder or on burn.
+//! The embedded generator: a Llama-family GGUF model (Qwen2.5-Coder, SmolLM2), on Evident's
+//! native CPU decoder or on burn.
 
 use std::path::Path;
 
@@ -9,6 +9,7 @@ use crate::models::{
 };
 use crate::models::gguf::GgufFile;
 
+use super::prompt_cache::PromptCache;
 use super::sampling::{Sampler, log_prob};
 use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generation, Generator, Message};
 
@@ -72,8 +73,7 @@ impl EmbeddedGenerator {
     /// Next-token logits after running `tokens` on top of `cache`: the last position's, or all.
     pub fn logits(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Vec<f32>, ModelError> {
         match (&self.native, &self.burn, tokens) {
-            (Some(native), _, [token]) => native.step(*token, cache),
-            (Some(native), None, _) => native.forward(tokens, cache, which),
+            (Some(native), _, [_]) | (Some(native), None, _) => native.forward(tokens, cache, which),
             (_, Some((model, attention)), _) => {
                 let t = model.forward(tokens, cache, which, attention.as_ref())?;
                 read_logits(t)
@@ -82,15 +82,43 @@ impl EmbeddedGenerator {
         }
     }
 
-    /// Greedy or sampled continuation of raw token ids (no chat template).
-    pub fn generate_ids(&self, prompt: &[u32], request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<(Vec<u32>, Generation), GenerateError> {
+    /// The network's hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The native decoder's weight bytes (None on wgpu).
+    pub fn weight_bytes(&self) -> Option<usize> {
+        self.native.as_ref().map(NativeDecoder::weight_bytes)
+    }
+
+    /// Runs a prompt, starting from the longest prefix `reuse` holds; returns the cache and the
+    /// last position's logits, and leaves a copy of the prompt's cache in `reuse`.
+    fn prompt_pass(&self, prompt: &[u32], reuse: Option<&PromptCache>) -> Result<(KvCache, Vec<f32>), ModelError> {
+        let mut cache = reuse.map(|r| r.longest_prefix(prompt)).unwrap_or_default();
+        let start = cache.len();
+        let logits = self.logits(&prompt[start..], &mut cache, LogitsFor::Last)?;
+        if let Some(reuse) = reuse {
+            reuse.store(prompt, cache.prefix(prompt.len()), prompt.len() - start);
+        }
+        Ok((cache, logits))
+    }
+
+    /// Greedy or sampled continuation of raw token ids (no chat template), reusing and adding
+    /// to `reuse`'s prompt caches when given.
+    pub fn generate_ids(
+        &self,
+        prompt: &[u32],
+        request: &GenerateRequest,
+        reuse: Option<&PromptCache>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(Vec<u32>, Generation), GenerateError> {
         let context = self.config.context;
         if prompt.is_empty() || prompt.len() >= context {
             return Err(GenerateError::PromptTooLong { tokens: prompt.len(), context });
         }
         let mut sampler = Sampler::new(request.sampling);
-        let mut cache = KvCache::default();
-        let mut logits = self.logits(prompt, &mut cache, LogitsFor::Last)?;
+        let (mut cache, mut logits) = self.prompt_pass(prompt, reuse)?;
         let mut ids: Vec<u32> = Vec::new();
         let mut emitted = String::new();
         let mut finish = FinishReason::Length;
@@ -146,16 +174,18 @@ fn held_back(text: &str, stop: &[String]) -> usize {
 }
 
 impl Generator for EmbeddedGenerator {
-    fn generate(&self, request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError> {
+    fn generate(&self, request: &GenerateRequest, reuse: Option<&PromptCache>, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError> {
         let prompt = self.prompt_ids(&request.messages)?;
-        Ok(self.generate_ids(&prompt, request, on_text)?.1)
+        Ok(self.generate_ids(&prompt, request, reuse, on_text)?.1)
     }
 
-    fn score_choices(&self, messages: &[Message], choices: &[String]) -> Result<Vec<ChoiceScore>, GenerateError> {
+    fn score_choices(&self, messages: &[Message], choices: &[String], reuse: Option<&PromptCache>) -> Result<Vec<ChoiceScore>, GenerateError> {
         let prompt = self.prompt_ids(messages)?;
         let context = self.config.context;
-        let mut cache = KvCache::default();
-        let first = self.logits(&prompt, &mut cache, LogitsFor::Last)?;
+        if prompt.is_empty() || prompt.len() >= context {
+            return Err(GenerateError::PromptTooLong { tokens: prompt.len(), context });
+        }
+        let (cache, first) = self.prompt_pass(&prompt, reuse)?;
         let vocab = first.len();
         let mut scores = Vec::with_capacity(choices.len());
         for choice in choices {

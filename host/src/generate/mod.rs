@@ -1,11 +1,13 @@
-//! Text generation for the pipeline stages: the embedded SmolLM2 decoder and a client for an
-//! OpenAI-compatible server on the local network, behind one trait.
+//! Text generation for the pipeline stages: the embedded decoder (Qwen2.5-Coder or SmolLM2) and
+//! a client for an OpenAI-compatible server on the local network, behind one trait.
 
 mod embedded;
+mod prompt_cache;
 mod remote;
 mod sampling;
 
 pub use embedded::{CpuPromptPass, EmbeddedGenerator};
+pub use prompt_cache::{PromptCache, PromptReuse};
 pub use remote::{RemoteConfig, RemoteGenerator};
 pub use sampling::{Sampler, SamplingParams, argmax as sampling_argmax};
 
@@ -100,15 +102,37 @@ pub enum GenerateError {
 
 /// Free generation and cheap scoring of short choices.
 pub trait Generator: Send + Sync {
-    /// Generates a reply to `request`, handing each new piece of text to `on_text` as it comes.
-    fn generate(&self, request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError>;
+    /// Generates a reply to `request`, handing each new piece of text to `on_text` as it comes;
+    /// `reuse` lends the caches of earlier prompts of the same request (embedded models only).
+    fn generate(&self, request: &GenerateRequest, reuse: Option<&PromptCache>, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError>;
 
     /// The log-probability of each choice as the reply to `messages` (in the order given).
-    fn score_choices(&self, messages: &[Message], choices: &[String]) -> Result<Vec<ChoiceScore>, GenerateError>;
+    fn score_choices(&self, messages: &[Message], choices: &[String], reuse: Option<&PromptCache>) -> Result<Vec<ChoiceScore>, GenerateError>;
 
     /// A short description (model and where it runs), for logs and traces.
     fn describe(&self) -> String;
 
     /// Tokens `text` takes for this model (an estimate where the tokenizer is remote).
     fn count_tokens(&self, text: &str) -> usize;
+}
+
+/// The embedded models set-up provides: (name in `generator.model`, GGUF path under
+/// `models_dir`).
+pub const EMBEDDED_MODELS: [(&str, &str); 3] = [
+    ("qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+    ("qwen2.5-0.5b", "qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+    ("smollm2-135m", "smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"),
+];
+
+/// The GGUF file `generator.model` names: one of [`EMBEDDED_MODELS`], or a `.gguf` path
+/// relative to `models_dir`.
+pub fn embedded_model_path(models_dir: &std::path::Path, model: &str) -> Result<std::path::PathBuf, GenerateError> {
+    if let Some((_, file)) = EMBEDDED_MODELS.iter().find(|(name, _)| *name == model) {
+        return Ok(models_dir.join(file));
+    }
+    if model.ends_with(".gguf") {
+        return Ok(models_dir.join(model));
+    }
+    let names: Vec<&str> = EMBEDDED_MODELS.iter().map(|(n, _)| *n).collect();
+    Err(GenerateError::Invalid(format!("generator.model {model:?} is neither an embedded model ({}) nor a .gguf file", names.join(", "))))
 }

@@ -8,7 +8,7 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generation, Generator, Message};
+use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generation, Generator, Message, PromptCache};
 
 /// `[generator.openai]` in the configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -114,7 +114,7 @@ fn finish_of(value: &Value) -> Option<FinishReason> {
 }
 
 impl Generator for RemoteGenerator {
-    fn generate(&self, request: &GenerateRequest, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError> {
+    fn generate(&self, request: &GenerateRequest, _reuse: Option<&PromptCache>, on_text: &mut dyn FnMut(&str)) -> Result<Generation, GenerateError> {
         let mut body = json!({
             "model": self.config.model,
             "messages": self.messages(&request.messages),
@@ -171,7 +171,7 @@ impl Generator for RemoteGenerator {
         Ok(generation)
     }
 
-    fn score_choices(&self, messages: &[Message], choices: &[String]) -> Result<Vec<ChoiceScore>, GenerateError> {
+    fn score_choices(&self, messages: &[Message], choices: &[String], _reuse: Option<&PromptCache>) -> Result<Vec<ChoiceScore>, GenerateError> {
         let body = json!({
             "model": self.config.model,
             "messages": self.messages(messages),

@@ -5,10 +5,18 @@ use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::ModelError;
 use super::gguf::{GgufError, GgufFile, GgufValue};
+
+/// llama.cpp's split for `pre = qwen2` (the same as Qwen2's tokenizer.json).
+const QWEN2_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Control tokens that end a turn or the text in the chat models Evident runs.
+const END_TOKENS: [&str; 3] = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"];
 
 /// One turn of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -28,7 +36,7 @@ impl ChatTurn {
 pub struct ChatTokenizer {
     tokenizer: Tokenizer,
     template: Option<String>,
-    /// Tokens that end a turn (the model's end-of-sequence token).
+    /// Tokens that end a turn (the model's end-of-sequence and end-of-text tokens).
     pub eos: Vec<u32>,
     bos_text: String,
     eos_text: String,
@@ -68,6 +76,13 @@ impl ChatTokenizer {
             "default" | "gpt2" | "gpt-2" => {
                 tokenizer.with_pre_tokenizer(Some(byte_level));
             }
+            // Qwen2's own split (llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2): digits one by one,
+            // then byte-level mapping without the GPT-2 regex.
+            "qwen2" => {
+                let split = Split::new(SplitPattern::Regex(QWEN2_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
+                    .map_err(|e| ModelError::Tokenizer(format!("the qwen2 split does not compile: {e}")))?;
+                tokenizer.with_pre_tokenizer(Some(Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()])));
+            }
             other => return Err(ModelError::Tokenizer(format!("the {other} pre-tokenizer is not supported"))),
         }
         tokenizer.with_decoder(Some(ByteLevel::default()));
@@ -81,10 +96,18 @@ impl ChatTokenizer {
         let id = |key: &str| file.int(key).ok().map(|v| v as u32);
         let text_of = |i: Option<u32>| i.and_then(|i| tokens.get(i as usize)).cloned().unwrap_or_default();
         let eos = id("tokenizer.ggml.eos_token_id");
+        // A chat model ends its turn with its end-of-turn token, but may also end the text
+        // (Qwen2: <|im_end|> and <|endoftext|>), so every such token stops generation.
+        let mut stops: Vec<u32> = eos.into_iter().chain(id("tokenizer.ggml.eot_token_id")).collect();
+        for (i, t) in tokens.iter().enumerate() {
+            if END_TOKENS.contains(&t.as_str()) && types.get(i).is_some_and(|&k| k == 3) && !stops.contains(&(i as u32)) {
+                stops.push(i as u32);
+            }
+        }
         Ok(ChatTokenizer {
             tokenizer,
             template: file.string("tokenizer.chat_template").ok().map(str::to_string),
-            eos: eos.into_iter().collect(),
+            eos: stops,
             bos_text: text_of(id("tokenizer.ggml.bos_token_id")),
             eos_text: text_of(eos),
         })

@@ -1,9 +1,16 @@
 //! A reader for GGUF model files (llama.cpp's format): metadata, tensor directory, and the
 //! quantised tensor types, dequantised to f32.
+//!
+//! The header is read at open; a tensor's bytes are read from the file when asked for, so a
+//! model is never held twice in memory while it loads (the 1.5B model's file is 1.1 GB).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use evident_kernels::{BlockEncoding, QuantMatrix, dequantize_gguf};
 use half::{bf16, f16};
 use thiserror::Error;
 
@@ -16,7 +23,7 @@ pub enum GgufError {
     Format(String),
     #[error("the model file lacks {0}")]
     Missing(String),
-    #[error("tensor {name} uses the {kind} encoding, which Evident does not read; use a file quantised with F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0")]
+    #[error("tensor {name} uses the {kind} encoding, which Evident does not read; use a file quantised with F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K")]
     Unsupported { name: String, kind: String },
 }
 
@@ -66,6 +73,8 @@ impl GgufValue {
 }
 
 /// How a tensor's elements are stored (ggml's type numbers).
+// ggml's own names (Q4_K, Q6_K), as every GGUF tool spells them.
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TensorEncoding {
     F32,
@@ -76,6 +85,8 @@ pub enum TensorEncoding {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q4_K,
+    Q6_K,
     Other(u32),
 }
 
@@ -89,6 +100,8 @@ impl TensorEncoding {
             6 => TensorEncoding::Q5_0,
             7 => TensorEncoding::Q5_1,
             8 => TensorEncoding::Q8_0,
+            12 => TensorEncoding::Q4_K,
+            14 => TensorEncoding::Q6_K,
             30 => TensorEncoding::Bf16,
             other => TensorEncoding::Other(other),
         }
@@ -104,7 +117,22 @@ impl TensorEncoding {
             TensorEncoding::Q5_0 => (32, 22),
             TensorEncoding::Q5_1 => (32, 24),
             TensorEncoding::Q8_0 => (32, 34),
+            TensorEncoding::Q4_K => (256, 144),
+            TensorEncoding::Q6_K => (256, 210),
             TensorEncoding::Other(_) => return None,
+        })
+    }
+
+    /// The block encoding the matrix kernels read directly, if this is one.
+    pub fn blocks(self) -> Option<BlockEncoding> {
+        Some(match self {
+            TensorEncoding::Q4_0 => BlockEncoding::Q4_0,
+            TensorEncoding::Q4_1 => BlockEncoding::Q4_1,
+            TensorEncoding::Q5_0 => BlockEncoding::Q5_0,
+            TensorEncoding::Q8_0 => BlockEncoding::Q8_0,
+            TensorEncoding::Q4_K => BlockEncoding::Q4_K,
+            TensorEncoding::Q6_K => BlockEncoding::Q6_K,
+            _ => return None,
         })
     }
 }
@@ -130,9 +158,16 @@ impl TensorInfo {
     }
 }
 
-/// A GGUF file held in memory.
+/// Where the tensor data is read from.
+enum Source {
+    Bytes(Vec<u8>),
+    File(File),
+}
+
+/// A GGUF file: its header in memory, its tensors read on demand.
 pub struct GgufFile {
-    bytes: Vec<u8>,
+    source: Source,
+    len: usize,
     data_start: usize,
     /// Metadata by key.
     pub metadata: BTreeMap<String, GgufValue>,
@@ -213,15 +248,40 @@ impl Cursor<'_> {
 }
 
 impl GgufFile {
-    /// Reads and indexes a GGUF file.
+    /// Reads a GGUF file's header and indexes its tensors.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
-        let bytes = std::fs::read(path).map_err(|source| GgufError::Read { path: path.display().to_string(), source })?;
-        GgufFile::parse(bytes)
+        let read_error = |source| GgufError::Read { path: path.display().to_string(), source };
+        let file = File::open(path).map_err(read_error)?;
+        let len = file.metadata().map_err(read_error)?.len() as usize;
+        // The header's size is not stored: read a prefix, and a longer one if it runs past it.
+        let mut prefix = 16 << 20;
+        loop {
+            let mut head = vec![0u8; prefix.min(len)];
+            file.read_exact_at(&mut head, 0).map_err(read_error)?;
+            match GgufFile::index(&head) {
+                Err(GgufError::Format(_)) if head.len() < len => prefix *= 4,
+                Err(e) => return Err(e),
+                Ok((metadata, tensors, data_start)) => {
+                    let gguf = GgufFile { source: Source::File(file), len, data_start, metadata, tensors };
+                    gguf.check_tensors()?;
+                    return Ok(gguf);
+                }
+            }
+        }
     }
 
-    /// Indexes GGUF bytes.
+    /// Indexes GGUF bytes held in memory.
     pub fn parse(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
-        let mut c = Cursor { bytes: &bytes, pos: 0 };
+        let (metadata, tensors, data_start) = GgufFile::index(&bytes)?;
+        let gguf = GgufFile { len: bytes.len(), source: Source::Bytes(bytes), data_start, metadata, tensors };
+        gguf.check_tensors()?;
+        Ok(gguf)
+    }
+
+    /// The metadata, tensor directory and data offset from the header at the start of `bytes`.
+    #[allow(clippy::type_complexity)]
+    fn index(bytes: &[u8]) -> Result<(BTreeMap<String, GgufValue>, BTreeMap<String, TensorInfo>, usize), GgufError> {
+        let mut c = Cursor { bytes, pos: 0 };
         if c.take(4)? != b"GGUF" {
             return Err(GgufError::Format("the file does not start with the GGUF magic".into()));
         }
@@ -254,16 +314,20 @@ impl GgufFile {
         }
         let alignment = metadata.get("general.alignment").and_then(GgufValue::as_int).unwrap_or(32).max(1) as usize;
         let data_start = c.pos.div_ceil(alignment) * alignment;
-        let file = GgufFile { bytes, data_start, metadata, tensors };
-        for (name, info) in &file.tensors {
+        Ok((metadata, tensors, data_start))
+    }
+
+    /// Every tensor of a known encoding is whole blocks per row and lies inside the file.
+    fn check_tensors(&self) -> Result<(), GgufError> {
+        for (name, info) in &self.tensors {
             if let Some((per_block, _)) = info.encoding.block() {
                 if info.dims.first().is_some_and(|&row| row % per_block != 0) {
                     return Err(GgufError::Format(format!("tensor {name}'s rows are not whole blocks")));
                 }
-                file.raw(name, info)?;
+                self.range(name, info)?;
             }
         }
-        Ok(file)
+        Ok(())
     }
 
     /// A metadata value.
@@ -291,19 +355,45 @@ impl GgufFile {
         self.tensors.get(name).ok_or_else(|| GgufError::Missing(format!("tensor {name}")))
     }
 
-    fn raw(&self, name: &str, info: &TensorInfo) -> Result<&[u8], GgufError> {
+    fn range(&self, name: &str, info: &TensorInfo) -> Result<std::ops::Range<usize>, GgufError> {
         let unsupported = || GgufError::Unsupported { name: name.to_string(), kind: format!("{:?}", info.encoding) };
         let (per_block, block_bytes) = info.encoding.block().ok_or_else(unsupported)?;
         let size = info.len() / per_block * block_bytes;
         let start = self.data_start.checked_add(info.offset);
-        let range = start.and_then(|s| s.checked_add(size).map(|e| s..e)).filter(|r| r.end <= self.bytes.len());
-        let range = range.ok_or_else(|| GgufError::Format(format!("tensor {name} lies outside the file")))?;
-        Ok(&self.bytes[range])
+        let range = start.and_then(|s| s.checked_add(size).map(|e| s..e)).filter(|r| r.end <= self.len);
+        range.ok_or_else(|| GgufError::Format(format!("tensor {name} lies outside the file")))
+    }
+
+    fn raw(&self, name: &str, info: &TensorInfo) -> Result<Cow<'_, [u8]>, GgufError> {
+        let range = self.range(name, info)?;
+        match &self.source {
+            Source::Bytes(bytes) => Ok(Cow::Borrowed(&bytes[range])),
+            Source::File(file) => {
+                let mut out = vec![0u8; range.len()];
+                file.read_exact_at(&mut out, range.start as u64)
+                    .map_err(|source| GgufError::Read { path: format!("(tensor {name})"), source })?;
+                Ok(Cow::Owned(out))
+            }
+        }
     }
 
     /// A tensor's bytes as stored (whole blocks of its encoding).
-    pub fn raw_bytes(&self, name: &str) -> Result<&[u8], GgufError> {
+    pub fn raw_bytes(&self, name: &str) -> Result<Cow<'_, [u8]>, GgufError> {
         self.raw(name, self.tensor(name)?)
+    }
+
+    /// The `[rows, cols]` matrix `name` (GGUF dims `[cols, rows]`), kept in its stored encoding
+    /// where the matrix kernels read it directly, else as f32.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QuantMatrix, GgufError> {
+        let info = self.tensor(name)?;
+        if info.dims != [cols, rows] {
+            return Err(GgufError::Format(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", info.dims)));
+        }
+        let built = match info.encoding.blocks() {
+            Some(e) => QuantMatrix::from_gguf_blocks(e, rows, cols, &self.raw_bytes(name)?),
+            None => QuantMatrix::from_f32(rows, cols, self.dequantize(name)?),
+        };
+        built.map_err(|e| GgufError::Format(format!("tensor {name}: {e}")))
     }
 
     /// A tensor's elements as f32, in file order (row-major with rows of `dims[0]`).
@@ -311,7 +401,7 @@ impl GgufFile {
         let info = self.tensor(name)?;
         let raw = self.raw(name, info)?;
         let mut out = Vec::with_capacity(info.len());
-        dequantize_into(info.encoding, raw, &mut out);
+        dequantize_into(info.encoding, &raw, &mut out);
         Ok(out)
     }
 }
@@ -322,47 +412,23 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 
 /// Decodes whole blocks of `raw` (ggml's layouts) and appends the values to `out`.
 fn dequantize_into(encoding: TensorEncoding, raw: &[u8], out: &mut Vec<f32>) {
+    if let Some(blocks) = encoding.blocks() {
+        return dequantize_gguf(blocks, raw, out);
+    }
     match encoding {
         TensorEncoding::F32 => out.extend(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
         TensorEncoding::F16 => out.extend(raw.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
         TensorEncoding::Bf16 => out.extend(raw.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())),
-        TensorEncoding::Q4_0 => {
-            for b in raw.chunks_exact(18) {
-                let d = f16_at(b, 0);
-                let qs = &b[2..18];
-                out.extend(qs.iter().map(|q| (f32::from(q & 0x0f) - 8.0) * d));
-                out.extend(qs.iter().map(|q| (f32::from(q >> 4) - 8.0) * d));
-            }
-        }
-        TensorEncoding::Q4_1 => {
-            for b in raw.chunks_exact(20) {
+        TensorEncoding::Q5_1 => {
+            for b in raw.chunks_exact(24) {
                 let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-                let qs = &b[4..20];
-                out.extend(qs.iter().map(|q| f32::from(q & 0x0f) * d + m));
-                out.extend(qs.iter().map(|q| f32::from(q >> 4) * d + m));
+                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                let value = |q: u32| q as f32 * d + m;
+                out.extend(b[8..24].iter().enumerate().map(|(j, q)| value(u32::from(q & 0x0f) | (((qh >> j) << 4) & 0x10))));
+                out.extend(b[8..24].iter().enumerate().map(|(j, q)| value(u32::from(q >> 4) | ((qh >> (j + 12)) & 0x10))));
             }
         }
-        TensorEncoding::Q5_0 | TensorEncoding::Q5_1 => {
-            let with_min = encoding == TensorEncoding::Q5_1;
-            let block = if with_min { 24 } else { 22 };
-            for b in raw.chunks_exact(block) {
-                let d = f16_at(b, 0);
-                let (m, at) = if with_min { (f16_at(b, 2), 4) } else { (0.0, 2) };
-                let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-                let qs = &b[at + 4..at + 20];
-                let bias = if with_min { 0.0 } else { 16.0 };
-                let value = |q: u32| (q as f32 - bias) * d + m;
-                out.extend(qs.iter().enumerate().map(|(j, q)| value(u32::from(q & 0x0f) | (((qh >> j) << 4) & 0x10))));
-                out.extend(qs.iter().enumerate().map(|(j, q)| value(u32::from(q >> 4) | ((qh >> (j + 12)) & 0x10))));
-            }
-        }
-        TensorEncoding::Q8_0 => {
-            for b in raw.chunks_exact(34) {
-                let d = f16_at(b, 0);
-                out.extend(b[2..34].iter().map(|&q| f32::from(q as i8) * d));
-            }
-        }
-        TensorEncoding::Other(_) => {}
+        _ => {}
     }
 }
 

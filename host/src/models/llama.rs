@@ -1,6 +1,8 @@
-//! A Llama-architecture decoder (SmolLM2's shape) in burn, with weights from a GGUF file.
+//! A Llama-family decoder (Llama as SmolLM2 uses it, and Qwen2) in burn, with weights from a
+//! GGUF file.
 
 use burn::prelude::*;
+use evident_kernels::{QuantMatrix, RopeLayout};
 use burn::tensor::module as ops;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::activation;
@@ -11,6 +13,12 @@ use super::gguf::{GgufError, GgufFile};
 /// The hyper-parameters that shape the network (from the GGUF metadata).
 #[derive(Debug, Clone)]
 pub struct LlamaConfig {
+    /// `general.architecture`: "llama" or "qwen2".
+    pub architecture: String,
+    /// Which values of a head rotate together (Llama: adjacent pairs; Qwen2: halves).
+    pub rope_layout: RopeLayout,
+    /// Whether the query, key and value projections have biases (Qwen2).
+    pub qkv_bias: bool,
     pub layers: usize,
     pub dim: usize,
     pub ffn_dim: usize,
@@ -26,12 +34,17 @@ impl LlamaConfig {
     /// Reads the hyper-parameters from the GGUF metadata, refusing other architectures.
     pub fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, GgufError> {
         let arch = file.string("general.architecture")?;
-        if arch != "llama" {
-            return Err(GgufError::Format(format!("the model's architecture is {arch}; Evident runs llama models")));
-        }
-        let n = |key: &str| -> Result<usize, GgufError> { Ok(file.int(&format!("llama.{key}"))?.max(0) as usize) };
+        let rope_layout = match arch {
+            "llama" => RopeLayout::AdjacentPairs,
+            "qwen2" => RopeLayout::Halves,
+            other => return Err(GgufError::Format(format!("the model's architecture is {other}; Evident runs llama and qwen2 models"))),
+        };
+        let n = |key: &str| -> Result<usize, GgufError> { Ok(file.int(&format!("{arch}.{key}"))?.max(0) as usize) };
         let heads = n("attention.head_count")?;
         let config = LlamaConfig {
+            architecture: arch.to_string(),
+            rope_layout,
+            qkv_bias: file.tensors.contains_key("blk.0.attn_q.bias"),
             layers: n("block_count")?,
             dim: n("embedding_length")?,
             ffn_dim: n("feed_forward_length")?,
@@ -39,8 +52,8 @@ impl LlamaConfig {
             kv_heads: n("attention.head_count_kv").unwrap_or(heads),
             vocab: file.tensor("token_embd.weight")?.dims.get(1).copied().unwrap_or(0),
             context: n("context_length")?,
-            rope_base: file.float("llama.rope.freq_base").unwrap_or(10_000.0),
-            norm_eps: file.float("llama.attention.layer_norm_rms_epsilon")?,
+            rope_base: file.float(&format!("{arch}.rope.freq_base")).unwrap_or(10_000.0),
+            norm_eps: file.float(&format!("{arch}.attention.layer_norm_rms_epsilon"))?,
         };
         if config.heads == 0 || config.kv_heads == 0 || !config.dim.is_multiple_of(config.heads) || !config.heads.is_multiple_of(config.kv_heads) {
             return Err(GgufError::Format(format!("inconsistent attention shape: {config:?}")));
@@ -75,6 +88,10 @@ struct Layer {
     wq: Tensor<2>,
     wk: Tensor<2>,
     wv: Tensor<2>,
+    /// Query, key and value biases (Qwen2).
+    bq: Option<Tensor<1>>,
+    bk: Option<Tensor<1>>,
+    bv: Option<Tensor<1>>,
     wo: Tensor<2>,
     ffn_norm: Tensor<1>,
     gate: Tensor<2>,
@@ -112,6 +129,59 @@ impl KvCache {
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Keeps the first `len` tokens (a shared prompt prefix) and forgets the rest.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        match &mut self.state {
+            KvState::Empty => {}
+            KvState::Host(layers) => {
+                for (k, v) in layers.iter_mut() {
+                    let width = k.len() / self.len.max(1);
+                    k.truncate(len * width);
+                    v.truncate(len * width);
+                }
+            }
+            KvState::Device(layers) => {
+                for (k, v) in layers.iter_mut() {
+                    *k = k.clone().narrow(2, 0, len);
+                    *v = v.clone().narrow(2, 0, len);
+                }
+            }
+        }
+        if len == 0 {
+            self.state = KvState::Empty;
+        }
+        self.len = len;
+    }
+
+    /// A copy of the first `len` tokens' keys and values (device tensors are shared, not copied).
+    pub fn prefix(&self, len: usize) -> KvCache {
+        let len = len.min(self.len);
+        let state = match &self.state {
+            _ if len == 0 => KvState::Empty,
+            KvState::Empty => KvState::Empty,
+            KvState::Host(layers) => {
+                let width = layers.first().map_or(0, |(k, _)| k.len() / self.len.max(1));
+                KvState::Host(layers.iter().map(|(k, v)| (k[..len * width].to_vec(), v[..len * width].to_vec())).collect())
+            }
+            KvState::Device(layers) => {
+                KvState::Device(layers.iter().map(|(k, v)| (k.clone().narrow(2, 0, len), v.clone().narrow(2, 0, len))).collect())
+            }
+        };
+        KvCache { state, len }
+    }
+
+    /// Bytes the cached keys and values take.
+    pub fn bytes(&self) -> usize {
+        match &self.state {
+            KvState::Empty => 0,
+            KvState::Host(layers) => layers.iter().map(|(k, v)| 4 * (k.len() + v.len())).sum(),
+            KvState::Device(layers) => layers.iter().map(|(k, v)| 4 * (k.shape().num_elements() + v.shape().num_elements())).sum(),
+        }
     }
 
     /// The cache as device tensors (converting host vectors), leaving it empty.
@@ -153,14 +223,20 @@ pub enum LogitsFor {
 /// queries `[1, heads, new, head_dim]` and keys and values `[1, kv_heads, all, head_dim]`.
 pub type CausalAttentionFn = dyn Fn(Tensor<4>, Tensor<4>, Tensor<4>) -> Tensor<4> + Send + Sync;
 
+/// Columns of the output projection per device tensor: a 151,936-token vocabulary in one
+/// f32 tensor would pass the buffer size a wgpu device allows (128 MiB by default).
+const HEAD_COLUMNS: usize = 16384;
+
 /// The decoder on one burn device.
 pub struct Llama {
     config: LlamaConfig,
-    embedding: Tensor<2>,
+    /// The token table stays in host memory in its stored encoding: a lookup reads a few rows,
+    /// and the whole table as f32 would pass a device's buffer size.
+    embedding: QuantMatrix,
     layers: Vec<Layer>,
     output_norm: Tensor<1>,
-    /// `[dim, vocab]`
-    lm_head: Tensor<2>,
+    /// `[dim, vocab]` in pieces of at most `HEAD_COLUMNS` columns.
+    lm_head: Vec<Tensor<2>>,
     /// `[context, head_dim / 2]`
     rope_cos: Tensor<2>,
     rope_sin: Tensor<2>,
@@ -212,11 +288,17 @@ impl Llama {
         let mut layers = Vec::with_capacity(config.layers);
         for l in 0..config.layers {
             let p = |name: &str| format!("blk.{l}.{name}.weight");
+            let bias = |name: &str, n| -> Result<Option<Tensor<1>>, ModelError> {
+                if config.qkv_bias { Ok(Some(w.vector(&format!("blk.{l}.{name}.bias"), n)?)) } else { Ok(None) }
+            };
             layers.push(Layer {
                 attn_norm: w.vector(&p("attn_norm"), d)?,
                 wq: w.linear(&p("attn_q"), d, d)?,
                 wk: w.linear(&p("attn_k"), d, kv)?,
                 wv: w.linear(&p("attn_v"), d, kv)?,
+                bq: bias("attn_q", d)?,
+                bk: bias("attn_k", kv)?,
+                bv: bias("attn_v", kv)?,
                 wo: w.linear(&p("attn_output"), d, d)?,
                 ffn_norm: w.vector(&p("ffn_norm"), d)?,
                 gate: w.linear(&p("ffn_gate"), d, f)?,
@@ -224,17 +306,21 @@ impl Llama {
                 down: w.linear(&p("ffn_down"), f, d)?,
             });
         }
-        let table = w.values("token_embd.weight", &[d, config.vocab])?;
         // Tied embeddings (SmolLM2) reuse the token table as the output projection.
-        let lm_head = if file.tensors.contains_key("output.weight") {
-            w.linear("output.weight", d, config.vocab)?
-        } else {
-            Tensor::from_data(TensorData::new(transpose(&table, config.vocab, d), [d, config.vocab]), device)
-        };
+        let head = if file.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
+        let head_rows = w.values(head, &[d, config.vocab])?;
+        let lm_head = head_rows
+            .chunks(HEAD_COLUMNS * d)
+            .map(|rows| {
+                let n = rows.len() / d;
+                Tensor::from_data(TensorData::new(transpose(rows, n, d), [d, n]), device)
+            })
+            .collect();
+        drop(head_rows);
         let (cos, sin) = rope_tables(config.context, config.head_dim(), config.rope_base);
         let half = config.head_dim() / 2;
         Ok(Llama {
-            embedding: Tensor::from_data(TensorData::new(table, [config.vocab, d]), device),
+            embedding: file.matrix("token_embd.weight", config.vocab, d)?,
             layers,
             output_norm: w.vector("output_norm.weight", d)?,
             lm_head,
@@ -258,26 +344,43 @@ impl Llama {
         c.check_pass(start, tokens)?;
         let dev = &self.device;
         let hd = c.head_dim();
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(tokens.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), [1, s]), dev);
-        let mut x = ops::embedding(self.embedding.clone(), ids);
+        let rows: Vec<f32> = tokens.iter().flat_map(|&t| self.embedding.row(t as usize)).collect();
+        let mut x = Tensor::<3>::from_data(TensorData::new(rows, [1, s, c.dim]), dev);
         let cos = self.rope_cos.clone().narrow(0, start, s).reshape([1, 1, s, hd / 2, 1]);
         let sin = self.rope_sin.clone().narrow(0, start, s).reshape([1, 1, s, hd / 2, 1]);
+        // Adjacent pairs are (…, hd / 2, 2) and halves (…, 2, hd / 2): the same rotation
+        // along a different axis.
+        let (pair_shape, axis) = match c.rope_layout {
+            RopeLayout::AdjacentPairs => ([s, hd / 2, 2], 4),
+            RopeLayout::Halves => ([s, 2, hd / 2], 3),
+        };
+        let (cos, sin) = match c.rope_layout {
+            RopeLayout::AdjacentPairs => (cos, sin),
+            RopeLayout::Halves => (cos.reshape([1, 1, s, 1, hd / 2]), sin.reshape([1, 1, s, 1, hd / 2])),
+        };
         let rope = |t: Tensor<4>| -> Tensor<4> {
             let [b, h, _, _] = t.dims();
-            let pairs = t.reshape([b, h, s, hd / 2, 2]);
-            let (even, odd) = (pairs.clone().narrow(4, 0, 1), pairs.narrow(4, 1, 1));
-            let re = even.clone() * cos.clone() - odd.clone() * sin.clone();
-            let im = even * sin.clone() + odd * cos.clone();
-            Tensor::cat(vec![re, im], 4).reshape([b, h, s, hd])
+            let pairs = t.reshape([b, h, pair_shape[0], pair_shape[1], pair_shape[2]]);
+            let (first, second) = (pairs.clone().narrow(axis, 0, 1), pairs.narrow(axis, 1, 1));
+            let re = first.clone() * cos.clone() - second.clone() * sin.clone();
+            let im = first * sin.clone() + second * cos.clone();
+            Tensor::cat(vec![re, im], axis).reshape([b, h, s, hd])
+        };
+        let project = |h: Tensor<3>, w: &Tensor<2>, b: &Option<Tensor<1>>| {
+            let out = ops::linear(h, w.clone(), None);
+            match b {
+                Some(b) => out + b.clone().unsqueeze::<3>(),
+                None => out,
+            }
         };
         let heads = |t: Tensor<3>, n: usize| t.reshape([1, s, n, hd]).swap_dims(1, 2);
         let past = cache.take_device(dev, c.kv_heads, hd);
         let mut next = Vec::with_capacity(c.layers);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(x.clone(), &layer.attn_norm, c.norm_eps);
-            let q = rope(heads(ops::linear(h.clone(), layer.wq.clone(), None), c.heads));
-            let k = rope(heads(ops::linear(h.clone(), layer.wk.clone(), None), c.kv_heads));
-            let v = heads(ops::linear(h, layer.wv.clone(), None), c.kv_heads);
+            let q = rope(heads(project(h.clone(), &layer.wq, &layer.bq), c.heads));
+            let k = rope(heads(project(h.clone(), &layer.wk, &layer.bk), c.kv_heads));
+            let v = heads(project(h, &layer.wv, &layer.bv), c.kv_heads);
             let (k, v) = match past.get(l) {
                 Some((pk, pv)) => (Tensor::cat(vec![pk.clone(), k], 2), Tensor::cat(vec![pv.clone(), v], 2)),
                 None => (k, v),
@@ -297,7 +400,8 @@ impl Llama {
         };
         let n = x.dims()[1];
         let x = rms_norm(x, &self.output_norm, c.norm_eps);
-        Ok(ops::linear(x, self.lm_head.clone(), None).reshape([n, c.vocab]))
+        let pieces = self.lm_head.iter().map(|w| ops::linear(x.clone(), w.clone(), None)).collect();
+        Ok(Tensor::cat(pieces, 2).reshape([n, c.vocab]))
     }
 }
 
@@ -306,8 +410,7 @@ fn rms_norm(x: Tensor<3>, weight: &Tensor<1>, eps: f64) -> Tensor<3> {
     x * scale * weight.clone().unsqueeze::<3>()
 }
 
-/// Rotation angles for llama.cpp's rope layout (adjacent pairs), which the GGUF converter
-/// arranges the query and key weights for.
+/// Rotation angles per position, `head_dim / 2` of them (either layout pairs values by them).
 fn rope_tables(context: usize, head_dim: usize, base: f64) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
     let mut cos = Vec::with_capacity(context * half);

@@ -62,6 +62,8 @@ pub struct TraceStep {
     pub ms: f64,
     pub llm_calls: u64,
     pub tokens: u64,
+    /// Of the prompt tokens, those read from an earlier prompt's cache instead of computed.
+    pub reused_tokens: u64,
 }
 
 /// The result of one question.
@@ -78,6 +80,8 @@ pub struct Outcome {
     /// Of `tokens`, those the model read (prompts, scored choices) and those it wrote.
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, those read from an earlier prompt's cache instead of computed.
+    pub reused_tokens: u64,
     /// The question's pages in the order the pipeline settled on (after rerank), for retrieval
     /// metrics.
     pub ranked_pages: Vec<(String, u32)>,
@@ -113,7 +117,7 @@ struct Recorder<'h> {
 
 impl Recorder<'_> {
     fn step<T>(&mut self, stage: &str, plugin: &str, input: String, run: impl FnOnce() -> T, output: impl FnOnce(&T) -> String) -> T {
-        let (calls0, tokens0) = (self.host.llm_calls.load(Ordering::Relaxed), self.tokens());
+        let (calls0, tokens0, reused0) = (self.host.llm_calls.load(Ordering::Relaxed), self.tokens(), self.host.prompts.reuse().reused);
         (self.observer)(&StageEvent::Started { stage: stage.into(), plugin: plugin.into(), input: input.clone() });
         let started = Instant::now();
         let out = run();
@@ -125,6 +129,7 @@ impl Recorder<'_> {
             ms: started.elapsed().as_secs_f64() * 1000.0,
             llm_calls: self.host.llm_calls.load(Ordering::Relaxed) - calls0,
             tokens: self.tokens() - tokens0,
+            reused_tokens: self.host.prompts.reuse().reused - reused0,
         });
         if let Some(step) = self.trace.last() {
             (self.observer)(&StageEvent::Done(step.clone()));
@@ -226,6 +231,7 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
         tokens: host.prompt_tokens.load(Ordering::Relaxed) + host.completion_tokens.load(Ordering::Relaxed),
         prompt_tokens: host.prompt_tokens.load(Ordering::Relaxed),
         completion_tokens: host.completion_tokens.load(Ordering::Relaxed),
+        reused_tokens: host.prompts.reuse().reused,
         trace,
         ranked_pages,
         log: host.take_log(),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::generate::{GenerateRequest, Generator, ImagePart, Message, SamplingParams};
+use crate::generate::{GenerateRequest, Generator, ImagePart, Message, PromptCache, SamplingParams};
 use crate::models::TextEncoder;
 use crate::plugins::StageHost;
 use crate::plugins::types::{self, Candidate, PageRef};
@@ -28,6 +28,8 @@ pub struct Services {
     pub generator: Arc<dyn Generator>,
     /// Whether the generator takes page images.
     pub generator_images: bool,
+    /// Bytes of prompt caches one request may keep (`generator.prompt_cache_mib`).
+    pub prompt_cache_bytes: usize,
 }
 
 /// The host side of one request: its scope, its seeded random source and its counters.
@@ -39,6 +41,8 @@ pub struct RequestHost {
     pub llm_calls: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub completion_tokens: AtomicU64,
+    /// The caches of this request's prompts, for its later prompts that start the same way.
+    pub prompts: PromptCache,
     log: Mutex<Vec<String>>,
     /// Set when nobody waits for the answer any more (a timeout, a closed connection): the
     /// next host call fails, so the run ends at its next step instead of running on.
@@ -49,6 +53,7 @@ impl RequestHost {
     /// A request over `docs` with random draws seeded by `seed`.
     pub fn new(services: Arc<Services>, docs: Vec<DocumentRecord>, seed: u64) -> RequestHost {
         RequestHost {
+            prompts: PromptCache::new(services.prompt_cache_bytes),
             services,
             docs,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
@@ -148,7 +153,7 @@ impl StageHost for RequestHost {
             sampling: SamplingParams { temperature: request.temperature.max(0.0), top_p: 0.95, seed: self.random() },
             stop: request.stop,
         };
-        let out = self.services.generator.generate(&req, &mut |_| {}).map_err(|e| e.to_string())?;
+        let out = self.services.generator.generate(&req, Some(&self.prompts), &mut |_| {}).map_err(|e| e.to_string())?;
         self.llm_calls.fetch_add(1, Ordering::Relaxed);
         self.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
         self.completion_tokens.fetch_add(out.completion_tokens as u64, Ordering::Relaxed);
@@ -168,7 +173,7 @@ impl StageHost for RequestHost {
             messages.push(Message::text("system", system));
         }
         messages.push(Message::text("user", prompt));
-        let scores = self.services.generator.score_choices(&messages, &choices).map_err(|e| e.to_string())?;
+        let scores = self.services.generator.score_choices(&messages, &choices, Some(&self.prompts)).map_err(|e| e.to_string())?;
         self.llm_calls.fetch_add(1, Ordering::Relaxed);
         // Each choice is read once after the prompt: count the prompt and every choice.
         let choice_tokens: usize = choices.iter().map(|c| self.services.generator.count_tokens(c)).sum();
