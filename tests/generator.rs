@@ -1,6 +1,14 @@
-//! The embedded SmolLM2 decoder against transformers running the same GGUF (a fixture made once
-//! by tests/fixtures/make_generator_reference.py), on the CPU backend and on wgpu (lavapipe
-//! here); and `evident generate` driven as an operator would.
+//! The embedded SmolLM2 decoder against transformers running the same GGUF in exact f32 (a
+//! fixture made once by tests/fixtures/make_generator_reference.py), on the CPU backend and on
+//! wgpu (lavapipe here); generation's stop strings and limits; and `evident generate` driven as
+//! an operator would, on the default model.
+//!
+//! Burn's network on wgpu computes in f32 and must agree with transformers to 1e-3. The native
+//! CPU decoder rounds its inputs (bfloat16 in prompt passes, 8 bits per run of 32 in decoding
+//! steps, as llama.cpp rounds to 8 bits): on SmolLM2, whose activations have large outliers,
+//! that moves logits by up to 0.58 on these prompts (llama.cpp's own rounding moves them by up
+//! to 0.86), so its logits are held to `ROUNDED_TOLERANCE`, and its greedy decoding is checked
+//! against llama.cpp's in tests/decoder_llamacpp.rs.
 
 mod common;
 
@@ -9,6 +17,22 @@ use std::path::PathBuf;
 use evident::generate::{EmbeddedGenerator, GenerateRequest, Generator, Message};
 use evident::models::{ChatTurn, ComputeDevice, KvCache, LogitsFor};
 use serde_json::Value;
+
+/// How far the native decoder's logits may be from exact f32 ones (see the module's doc), on
+/// the tokens that matter (the most likely ones and a fixed sample of the vocabulary).
+const ROUNDED_TOLERANCE: f32 = 0.75;
+
+/// Over a whole vocabulary's logits, the largest difference and the root mean square one a
+/// rounded pass may show beside burn's f32 one (measured: up to 0.97 and 0.24 on SmolLM2).
+const ROUNDED_WORST: f32 = 1.5;
+const ROUNDED_RMS: f32 = 0.4;
+
+/// The largest and the root mean square difference of two logit vectors.
+fn differences(got: &[f32], want: &[f32]) -> (f32, f32) {
+    let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let rms = (got.iter().zip(want).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>() / got.len().max(1) as f64).sqrt() as f32;
+    (worst, rms)
+}
 
 fn model_path() -> PathBuf {
     common::repo_root().join(".evident/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -35,8 +59,9 @@ fn wgpu() -> ComputeDevice {
     ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true }
 }
 
-/// Greedy continuations token for token, and the first step's logits within `tol`.
-fn check_greedy(generator: &EmbeddedGenerator, backend: &str, cases: usize, tol: f32) {
+/// The first step's logits within `tol`, and when `greedy`, the greedy continuations token for
+/// token.
+fn check_greedy(generator: &EmbeddedGenerator, backend: &str, cases: usize, tol: f32, greedy: bool) {
     let fixture = reference();
     for case in fixture["greedy"].as_array().expect("cases").iter().take(cases) {
         let prompt = ids(&case["prompt_ids"]);
@@ -48,6 +73,9 @@ fn check_greedy(generator: &EmbeddedGenerator, backend: &str, cases: usize, tol:
                 let got = logits[id as usize];
                 assert!((got - want).abs() < tol, "{backend}: logit of token {id} is {got}, transformers has {want}");
             }
+        }
+        if !greedy {
+            continue;
         }
         let want = ids(&case["continuation_ids"]);
         let request = GenerateRequest::user("", want.len());
@@ -78,14 +106,14 @@ fn tokenizer_and_chat_template_match_transformers() {
 #[test]
 fn cpu_decoder_reproduces_transformers() {
     let generator = EmbeddedGenerator::load(&model_path(), &cpu()).expect("model loads");
-    check_greedy(&generator, "cpu", usize::MAX, 1e-3);
+    check_greedy(&generator, "cpu", usize::MAX, ROUNDED_TOLERANCE, false);
 }
 
 #[test]
 fn wgpu_decoder_reproduces_transformers() {
     let generator = EmbeddedGenerator::load(&model_path(), &wgpu()).expect("model loads on wgpu");
     // One case keeps the software adapter's time reasonable; the CPU test covers all three.
-    check_greedy(&generator, "wgpu", 1, 1e-3);
+    check_greedy(&generator, "wgpu", 1, 1e-3, true);
 }
 
 #[test]
@@ -99,7 +127,8 @@ fn score_choices_ranks_the_obvious_reply_first_and_matches_transformers() {
         assert_eq!(generator.prompt_ids(&messages).expect("ids"), ids(&case["prompt_ids"]));
         let scores = generator.score_choices(&messages, &choices, None).expect("scores");
         for (got, want) in scores.iter().zip(floats(&case["choice_logprobs"])) {
-            assert!((got.logprob - want).abs() < 1e-3, "{}: {} vs {want}", got.choice, got.logprob);
+            // Log-probabilities move with the logits' rounding, less than the logits themselves.
+            assert!((got.logprob - want).abs() < ROUNDED_TOLERANCE / 3.0, "{}: {} vs {want}", got.choice, got.logprob);
         }
         if case["expected_wins"].as_bool() == Some(true) {
             let best = scores.iter().max_by(|a, b| a.logprob.total_cmp(&b.logprob)).expect("a score");
@@ -119,7 +148,9 @@ fn score_choices_ranks_the_obvious_reply_first_and_matches_transformers() {
 
 #[test]
 fn stop_strings_and_token_limits_end_generation() {
-    let generator = EmbeddedGenerator::load(&model_path(), &cpu()).expect("model loads");
+    // Qwen2.5-0.5B: SmolLM2 answers this question with a near tie between "The" and "L'".
+    let qwen = evident::generate::embedded_model_path(&common::repo_root().join(".evident/models"), "qwen2.5-0.5b").expect("a model");
+    let generator = EmbeddedGenerator::load(&qwen, &cpu()).expect("model loads");
     let mut request = GenerateRequest::user("What is the capital of France?", 32);
     request.stop = vec![" is".into()];
     let mut streamed = String::new();
@@ -167,14 +198,17 @@ fn native_cpu_prompt_pass_equals_burn_on_a_fresh_and_a_continued_cache() {
         let want = rows(burn_model.forward(tokens, &mut burn_cache, which, &burn_causal_attention).expect("burn"));
         let got = native.forward(tokens, &mut native_cache, which).expect("native");
         assert_eq!(got.len(), want.len(), "pass {pass}: logits for the same positions");
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(worst < 2e-3, "pass {pass}: logits differ by {worst}");
+        let (worst, rms) = differences(&got, &want);
+        println!("pass {pass}: largest difference {worst:.3}, rms {rms:.3}");
+        assert!(worst < ROUNDED_WORST && rms < ROUNDED_RMS, "pass {pass}: logits differ by up to {worst} (rms {rms})");
         assert_eq!(native_cache.len(), burn_cache.len());
     }
     let want = rows(burn_model.forward(&[42], &mut burn_cache, LogitsFor::Last, &burn_causal_attention).expect("burn"));
     let got = rows(burn_model.forward(&[42], &mut native_cache, LogitsFor::Last, &burn_causal_attention).expect("burn on the native cache"));
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-    assert!(worst < 2e-3, "burn on the native cache: logits differ by {worst}");
+    // The native cache holds keys and values of rounded passes: the same tolerance.
+    let (worst, rms) = differences(&got, &want);
+    println!("burn on the native cache: largest difference {worst:.3}, rms {rms:.3}");
+    assert!(worst < ROUNDED_WORST && rms < ROUNDED_RMS, "burn on the native cache: logits differ by up to {worst} (rms {rms})");
     assert!(native.forward(&[], &mut native_cache, LogitsFor::Last).is_err(), "no tokens is an error");
     assert!(native.forward(&[u32::MAX], &mut native_cache, LogitsFor::Last).is_err(), "a token outside the vocabulary is an error");
 }
@@ -199,8 +233,9 @@ fn native_cpu_steps_equal_burn_steps_and_caches_convert_both_ways() {
         } else {
             native.forward(&[token], &mut native_cache, LogitsFor::Last).expect("native step")
         };
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(worst < 1e-3, "step {step}: logits differ by {worst}");
+        let (worst, rms) = differences(&got, &want);
+        println!("step {step}: largest difference {worst:.3}, rms {rms:.3}");
+        assert!(worst < ROUNDED_WORST && rms < ROUNDED_RMS, "step {step}: logits differ by up to {worst} (rms {rms})");
         assert_eq!(native_cache.len(), burn_cache.len());
     }
 }

@@ -61,7 +61,7 @@ fn streams_text_and_sends_page_images_as_data_urls() {
     let mut request = GenerateRequest::user("What is on page 3?", 64);
     request.messages[0].images.push(ImagePart { png: page_png() });
     let mut pieces = Vec::new();
-    let out = client.generate(&request, &mut |p| pieces.push(p.to_string())).expect("generates");
+    let out = client.generate(&request, None, &mut |p| pieces.push(p.to_string())).expect("generates");
     assert_eq!(out.text, "You said: What is on page 3? | images: 1 png");
     assert!(pieces.len() > 3, "the answer arrived in pieces: {pieces:?}");
     assert_eq!(pieces.concat(), out.text);
@@ -69,7 +69,7 @@ fn streams_text_and_sends_page_images_as_data_urls() {
 
     // A model configured without images gets text only.
     let text_only = RemoteGenerator::new(RemoteConfig { images: false, ..config_of(&server, "echo") });
-    let out = text_only.generate(&request, &mut |_| {}).expect("generates");
+    let out = text_only.generate(&request, None, &mut |_| {}).expect("generates");
     assert!(out.text.ends_with("images: 0"), "{}", out.text);
 }
 
@@ -89,28 +89,28 @@ fn server_errors_timeouts_and_absence_become_clear_errors() {
     let server = TestServer::start();
     let request = GenerateRequest::user("hello", 8);
 
-    let err = server.client("broken", 10, 1).generate(&request, &mut |_| {}).expect_err("a 500 fails");
+    let err = server.client("broken", 10, 1).generate(&request, None, &mut |_| {}).expect_err("a 500 fails");
     assert!(matches!(err, GenerateError::Server { status: 500, .. }), "{err}");
     assert!(err.to_string().contains("the model crashed"), "{err}");
 
     let mut flaky = request.clone();
     flaky.sampling.seed = 42;
-    let out = server.client("flaky", 10, 2).generate(&flaky, &mut |_| {}).expect("a retry passes a single 500");
+    let out = server.client("flaky", 10, 2).generate(&flaky, None, &mut |_| {}).expect("a retry passes a single 500");
     assert!(out.text.starts_with("You said: hello"));
 
     let started = Instant::now();
-    let err = server.client("slow", 1, 0).generate(&request, &mut |_| {}).expect_err("times out");
+    let err = server.client("slow", 1, 0).generate(&request, None, &mut |_| {}).expect_err("times out");
     assert!(matches!(err, GenerateError::Timeout { seconds: 1, .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(4), "the timeout fired before the server answered");
 
     let wrong_key = RemoteGenerator::new(RemoteConfig { api_key: "nope".into(), ..config_of(&server, "echo") });
-    let err = wrong_key.generate(&request, &mut |_| {}).expect_err("401");
+    let err = wrong_key.generate(&request, None, &mut |_| {}).expect_err("401");
     assert!(matches!(err, GenerateError::Server { status: 401, .. }), "{err}");
 
     // Nothing listens on a port the server just gave up.
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let absent = RemoteGenerator::new(RemoteConfig { base_url: format!("http://127.0.0.1:{port}/v1"), ..config_of(&server, "echo") });
-    let err = absent.generate(&request, &mut |_| {}).expect_err("unreachable");
+    let err = absent.generate(&request, None, &mut |_| {}).expect_err("unreachable");
     assert!(matches!(err, GenerateError::Unreachable { .. }), "{err}");
     assert!(err.to_string().contains("cannot be reached"), "{err}");
 }
@@ -120,11 +120,11 @@ fn choices_are_scored_from_the_servers_logprobs_or_refused_without_them() {
     let server = TestServer::start();
     let messages = vec![Message::text("user", "Is fire cold? Answer Yes or No.")];
     let choices = vec!["Yes".to_string(), "No".to_string(), "Perhaps".to_string()];
-    let scores = server.client("logprobs", 10, 0).score_choices(&messages, &choices).expect("scores");
+    let scores = server.client("logprobs", 10, 0).score_choices(&messages, &choices, None).expect("scores");
     assert_eq!(scores[0].logprob, -1.9);
     assert_eq!(scores[1].logprob, -0.2);
     assert!(scores[2].logprob < -4.0, "an unlisted choice ranks below every listed one");
-    let err = server.client("nologprobs", 10, 0).score_choices(&messages, &choices).expect_err("no logprobs");
+    let err = server.client("nologprobs", 10, 0).score_choices(&messages, &choices, None).expect_err("no logprobs");
     assert!(matches!(err, GenerateError::NoLogprobs), "{err}");
 }
 

@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::Context;
+use super::{Context, percentile};
 
 /// Arguments of `evident bench http`.
 #[derive(Args)]
@@ -52,13 +52,6 @@ fn resident_mib(url: &str, token: &str) -> Option<f64> {
     let text = r.body_mut().read_to_string().ok()?;
     let line = text.lines().find(|l| l.starts_with("evident_process_resident_memory_bytes "))?;
     Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / (1024.0 * 1024.0))
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
 /// Runs the load levels and prints the table.
@@ -145,8 +138,7 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
         }
         let elapsed = started.elapsed().as_secs_f64();
         let samples = samples.lock().unwrap_or_else(|p| p.into_inner());
-        let mut ok: Vec<f64> = samples.iter().filter(|s| s.status == 200).map(|s| s.seconds).collect();
-        ok.sort_by(f64::total_cmp);
+        let ok: Vec<f64> = samples.iter().filter(|s| s.status == 200).map(|s| s.seconds).collect();
         let shed = samples.iter().filter(|s| s.status == 429).count();
         let other = samples.len() - ok.len() - shed;
         println!(

@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use evident::retrieval::{PageVectorCache, Ranker, SearchMode, has_current_vectors};
 
-use super::Context;
+use super::{Context, percentile};
 
 /// Arguments of `evident bench search`.
 #[derive(Args)]
@@ -83,14 +83,8 @@ pub fn run(ctx: &Context, args: BenchSearchArgs) -> Result<ExitCode> {
     );
     println!("{:<44} {:>9}", "search (question encoding + MaxSim + top-k)", "ms");
     println!("{:<44} {cold:>9.1}", "first, vectors read from the store");
-    println!("{:<44} {:>9.1}", format!("warm, median of {}", args.runs), percentile(&mut total, 0.5));
-    println!("{:<44} {:>9.1}", "warm, 95th percentile", percentile(&mut total, 0.95));
-    println!("{:<44} {:>9.1}", "  of which question encoding, median", percentile(&mut encode, 0.5));
+    println!("{:<44} {:>9.1}", format!("warm, median of {}", args.runs), percentile(&total, 0.5));
+    println!("{:<44} {:>9.1}", "warm, 95th percentile", percentile(&total, 0.95));
+    println!("{:<44} {:>9.1}", "  of which question encoding, median", percentile(&encode, 0.5));
     Ok(ExitCode::SUCCESS)
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let i = ((values.len() as f64 - 1.0) * p).round() as usize;
-    values.get(i).copied().unwrap_or(f64::NAN)
 }

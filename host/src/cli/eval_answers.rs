@@ -23,9 +23,15 @@ struct Row {
     with_gold: usize,
     recall: Vec<f64>,
     mrr: f64,
-    seconds: f64,
+    seconds: Vec<f64>,
     llm_calls: u64,
     tokens: u64,
+    reused_tokens: u64,
+    /// Unanswerable questions, and those of them the profile said were not answerable.
+    unanswerable: usize,
+    abstained_right: usize,
+    /// Answerable questions the profile said were not answerable.
+    abstained_wrong: usize,
 }
 
 /// One profile's answer to one question: a line of the results log, and all a table row needs.
@@ -41,20 +47,38 @@ struct Record {
     seconds: f64,
     llm_calls: u64,
     tokens: u64,
+    /// Of the prompt tokens, those read from an earlier prompt's cache.
+    #[serde(default)]
+    reused_tokens: u64,
     /// The pipeline's final page order (0 for a page of another document).
     ranked: Vec<u32>,
     evidence_pages: Vec<u32>,
 }
 
+/// What the log records as the prediction when a profile says a question is not answerable.
+const ABSTAINED: &str = "Not answerable";
+
 impl Row {
-    fn add(&mut self, r: &Record, ks: &[usize]) {
+    /// Counts `r`, an answer to a question the benchmark deems `answerable` or not.
+    fn add(&mut self, r: &Record, answerable: bool, ks: &[usize]) {
         self.recall.resize(ks.len(), 0.0);
         self.n += 1;
         self.correct += usize::from(r.correct);
         self.failed += usize::from(r.failed);
-        self.seconds += r.seconds;
+        self.seconds.push(r.seconds);
         self.llm_calls += r.llm_calls;
         self.tokens += r.tokens;
+        self.reused_tokens += r.reused_tokens;
+        if !r.failed {
+            match (answerable, r.predicted == ABSTAINED) {
+                (false, abstained) => {
+                    self.unanswerable += 1;
+                    self.abstained_right += usize::from(abstained);
+                }
+                (true, true) => self.abstained_wrong += 1,
+                (true, false) => {}
+            }
+        }
         if !r.failed && !r.evidence_pages.is_empty() {
             self.with_gold += 1;
             for (i, &k) in ks.iter().enumerate() {
@@ -152,16 +176,18 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
                 seconds: 0.0,
                 llm_calls: 0,
                 tokens: 0,
+                reused_tokens: 0,
                 ranked: Vec::new(),
                 evidence_pages: q.evidence_pages.clone(),
             };
             match &outcome {
                 Ok(o) => {
-                    record.predicted = if o.answerable { o.answer.clone() } else { "Not answerable".into() };
+                    record.predicted = if o.answerable { o.answer.clone() } else { ABSTAINED.into() };
                     record.correct = is_correct(&o.answer, o.answerable, &q.answer, q.answerable);
                     record.seconds = o.ms / 1000.0;
                     record.llm_calls = o.llm_calls;
                     record.tokens = o.tokens;
+                    record.reused_tokens = o.reused_tokens;
                     record.ranked = o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).collect();
                 }
                 Err(e) => {
@@ -179,16 +205,20 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
         }
     }
     bar.finish_and_clear();
+    let answerable: HashMap<&str, bool> = chosen.iter().map(|q| (q.qid.as_str(), q.answerable)).collect();
     let mut rows: BTreeMap<String, Row> = BTreeMap::new();
     for r in &records {
-        rows.entry(r.profile.clone()).or_default().add(r, ks);
+        rows.entry(r.profile.clone()).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
     }
     println!("{} questions ({}), each asked of its own document", chosen.len(), per_source.iter().map(|(s, l)| format!("{s}: {}", l.len().min(chosen.iter().filter(|q| q.source == *s).count()))).collect::<Vec<_>>().join(", "));
     let mut header = format!("{:<12} {:>4}", "profile", "n");
     for k in ks {
         header.push_str(&format!(" {:>7}", format!("R@{k}")));
     }
-    header.push_str(&format!(" {:>7} {:>9} {:>7} {:>10} {:>10} {:>7}", "MRR@10", "accuracy", "errors", "s/question", "calls/q", "tokens/q"));
+    header.push_str(&format!(
+        " {:>7} {:>9} {:>11} {:>11} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9}",
+        "MRR@10", "accuracy", "abstain-NA", "abstain-A", "errors", "s/q", "p50 s", "calls/q", "tokens/q", "reused/q"
+    ));
     println!("{header}");
     for (name, r) in &rows {
         let mut line = format!("{name:<12} {:>4}", r.n);
@@ -196,14 +226,19 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
             line.push_str(&format!(" {:>7.3}", x / r.with_gold.max(1) as f64));
         }
         let per = |v: f64| v / r.n.max(1) as f64;
+        let answered = r.n - r.failed;
         line.push_str(&format!(
-            " {:>7.3} {:>9.3} {:>7} {:>10.1} {:>10.1} {:>7.0}",
+            " {:>7.3} {:>9.3} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>8.1} {:>9.0} {:>9.0}",
             r.mrr / r.with_gold.max(1) as f64,
             r.correct as f64 / r.n.max(1) as f64,
+            format!("{}/{}", r.abstained_right, r.unanswerable),
+            format!("{}/{}", r.abstained_wrong, answered - r.unanswerable),
             r.failed,
-            per(r.seconds),
+            per(r.seconds.iter().sum()),
+            super::percentile(&r.seconds, 0.5),
             per(r.llm_calls as f64),
-            per(r.tokens as f64)
+            per(r.tokens as f64),
+            per(r.reused_tokens as f64)
         ));
         println!("{line}");
     }

@@ -126,6 +126,16 @@ impl Context {
     }
 }
 
+/// The `p` quantile (0..=1) of `values`, nearest rank; NaN when there are none.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n => sorted[(((n - 1) as f64) * p).round() as usize],
+    }
+}
+
 /// Logs go to stderr, filtered by EVIDENT_LOG (default: warnings, without the GPU driver layer's
 /// chatter about backends this box does not have).
 pub fn init_logging() {

@@ -1,15 +1,19 @@
-//! The embedded Qwen2.5-Coder decoders (1.5B and 0.5B, Q4_K_M) against llama.cpp running the same
-//! GGUF files (a fixture made once by tests/fixtures/make_qwen_reference.py): the tokenizer and
-//! chat template, and greedy continuations of 10 varied prompts with every step's top logits, on
-//! the native CPU decoder and on burn's network on wgpu.
+//! The embedded decoders (Qwen2.5-Coder 1.5B and 0.5B, Q4_K_M; SmolLM2-135M, Q4_1) against
+//! llama.cpp running the same GGUF files (a fixture made once by
+//! tests/fixtures/make_llamacpp_reference.py): the tokenizer and chat template, and greedy
+//! continuations of 10 varied prompts with every step's top logits, on the native CPU decoder
+//! and on burn's network on wgpu.
 //!
-//! llama.cpp rounds each activation vector to 8 bits per block of 32 (its Q8 blocks) and Evident
-//! rounds prompt-pass inputs to bfloat16 and decoding steps' to 8 bits, so the two compute the
-//! same network with different rounding. The checks say how far apart that may leave them: each
-//! step's logits within `LOGIT_TOLERANCE` of llama.cpp's (its 20 most likely tokens), and the same
-//! greedy tokens wherever llama.cpp's best token leads its second by more than twice that (a
-//! closer race is decided by rounding, in either engine); the free-running continuations must be
-//! identical token for token on at least 9 of the 10 prompts per model.
+//! llama.cpp rounds each activation vector to 8 bits per block (its Q8 blocks) and Evident rounds
+//! prompt-pass inputs to bfloat16 and decoding steps' to 8 bits per run of 32, so the two compute
+//! the same network with different rounding. The checks say how far apart that may leave them:
+//! each step's logits within the model's tolerance of llama.cpp's (its 20 most likely tokens),
+//! and the same greedy tokens wherever llama.cpp's best token leads its second by more than twice
+//! that (a closer race is decided by rounding, in either engine); for the Qwen2.5 models the
+//! free-running continuations must be identical token for token on at least 9 of the 10 prompts.
+//! SmolLM2's continuations pass through near ties (the best two tokens 0.012 apart) where
+//! llama.cpp's own rounding, up to 0.86 from exact, decides; for it only the teacher-forced
+//! checks hold.
 
 mod common;
 
@@ -19,13 +23,22 @@ use evident::generate::{EmbeddedGenerator, GenerateRequest, Message, embedded_mo
 use evident::models::{ChatTurn, ComputeDevice, KvCache, LogitsFor};
 use serde_json::Value;
 
-/// Largest difference allowed between a logit and llama.cpp's. Logits of these models span
-/// about 40; on this fixture an exact f32 pass over the same weights is up to 0.35 from
-/// llama.cpp's (its 8-bit activations), and Evident's rounding up to 0.2 from the exact pass.
-const LOGIT_TOLERANCE: f32 = 0.75;
+/// Largest difference allowed between a logit and llama.cpp's, per model. Logits span about 40.
+/// Measured on this fixture's prompts against an exact f32 pass over the same weights: Qwen2.5's
+/// llama.cpp logits are up to 0.35 away and Evident's up to 0.2; SmolLM2's, whose activations
+/// have larger outliers, up to 0.86 (llama.cpp, against transformers' f32 in
+/// generator_reference.json) and 0.58 (Evident).
+fn logit_tolerance(model: &str) -> f32 {
+    if model.starts_with("smollm2") { 1.5 } else { 0.75 }
+}
+
+/// Whether a model's free-running continuations must equal llama.cpp's (see the module's doc).
+fn free_running_must_match(model: &str) -> bool {
+    !model.starts_with("smollm2")
+}
 
 fn reference() -> Value {
-    let text = std::fs::read_to_string(common::repo_root().join("tests/fixtures/qwen_reference.json")).expect("fixture");
+    let text = std::fs::read_to_string(common::repo_root().join("tests/fixtures/llamacpp_reference.json")).expect("fixture");
     serde_json::from_str(&text).expect("fixture JSON")
 }
 
@@ -69,6 +82,7 @@ fn check_tokenizer_and_template(name: &str) {
 /// greedy continuations; `cases` limits the prompts (the software GPU adapter is slow).
 fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases: usize) {
     let fixture = &reference()[name];
+    let tolerance = logit_tolerance(name);
     let mut identical = 0;
     let mut worst = 0.0f32;
     let all = fixture["greedy"].as_array().expect("cases");
@@ -84,10 +98,10 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
             for (&id, &want) in top.iter().zip(&values) {
                 let diff = (logits[id as usize] - want).abs();
                 worst = worst.max(diff);
-                assert!(diff < LOGIT_TOLERANCE, "{name} {backend}: step {i} of {:?}: logit of token {id} is {}, llama.cpp has {want}", case["prompt"], logits[id as usize]);
+                assert!(diff < tolerance, "{name} {backend}: step {i} of {:?}: logit of token {id} is {}, llama.cpp has {want}", case["prompt"], logits[id as usize]);
             }
             let best = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(t, _)| t as u32).expect("logits");
-            if values[0] - values[1] > 2.0 * LOGIT_TOLERANCE {
+            if values[0] - values[1] > 2.0 * tolerance {
                 assert_eq!(best, top[0], "{name} {backend}: step {i} of {:?}: a clear greedy choice differs", case["prompt"]);
             }
             if i + 1 < steps.len() {
@@ -105,7 +119,9 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
     }
     let n = cases.min(all.len());
     println!("{name} {backend}: {identical}/{n} greedy continuations identical to llama.cpp's; largest logit difference {worst:.3}");
-    assert!(identical + n / 10 >= n, "{name} {backend}: only {identical} of {n} greedy continuations equal llama.cpp's");
+    if free_running_must_match(name) {
+        assert!(identical + n / 10 >= n, "{name} {backend}: only {identical} of {n} greedy continuations equal llama.cpp's");
+    }
 }
 
 #[test]
@@ -138,4 +154,15 @@ fn qwen_on_wgpu_decodes_as_llama_cpp_does() {
         let generator = EmbeddedGenerator::load(&model_path(name), &wgpu()).expect("model loads on wgpu");
         check_greedy(&generator, name, "wgpu", 1);
     }
+}
+
+#[test]
+fn smollm2_tokenizer_and_chat_template_match_llama_cpp() {
+    check_tokenizer_and_template("smollm2-135m");
+}
+
+#[test]
+fn smollm2_on_the_cpu_decodes_as_llama_cpp_does() {
+    let generator = EmbeddedGenerator::load(&model_path("smollm2-135m"), &cpu()).expect("model loads");
+    check_greedy(&generator, "smollm2-135m", "cpu", usize::MAX);
 }
