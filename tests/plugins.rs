@@ -360,3 +360,38 @@ fn hievi_runs_end_to_end_through_wasmtime() {
         assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the root's pages");
     }
 }
+
+#[test]
+fn bundled_plugins_follow_the_bundle_and_installed_ones_stay() {
+    let app = common::Appliance::new();
+    let root = common::repo_root();
+    let bundle = tempfile::tempdir().expect("temp dir");
+    for entry in std::fs::read_dir(root.join(".evident/plugins")).expect("plugins are built (scripts/build-plugins.sh)") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, bundle.path().join(path.file_name().expect("name"))).expect("copy");
+    }
+    let config = app.data.path().join("bundle.toml");
+    std::fs::write(&config, format!("[plugins]\ndir = {:?}\n", bundle.path().to_str().expect("path"))).expect("config");
+    let cfg = config.to_str().expect("path");
+    let sha_of = |name: &str| -> String {
+        let list: Vec<serde_json::Value> = serde_json::from_str(&app.ok(&["--config", cfg, "plugins", "list", "--json"])).expect("JSON");
+        list.iter().find(|p| p["name"] == name).and_then(|p| p["sha256"].as_str()).unwrap_or_else(|| panic!("{name} listed")).to_string()
+    };
+    let sha_of_file = |path: &std::path::Path| -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(std::fs::read(path).expect("read")).iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let test_plugins = root.join(".evident/test-plugins");
+    let (labeler, hostile) = (test_plugins.join("test-labeler-verify.wasm"), test_plugins.join("test-hostile-verify.wasm"));
+    // A bundled component installs itself; a newer one in the bundle replaces it when next used.
+    std::fs::copy(&labeler, bundle.path().join("shipped-verify.wasm")).expect("copy");
+    assert_eq!(sha_of("shipped-verify"), sha_of_file(&labeler));
+    std::fs::copy(&hostile, bundle.path().join("shipped-verify.wasm")).expect("copy");
+    app.ok(&["--config", cfg, "plugins", "swap", "verify", "shipped-verify", "--profile", "hievi"]);
+    assert_eq!(sha_of("shipped-verify"), sha_of_file(&hostile), "the store follows the bundle");
+    // One the operator installed stays, whatever the bundle holds under its name.
+    app.ok(&["--config", cfg, "plugins", "install", labeler.to_str().expect("path"), "--name", "own-verify", "--version", "1.0.0"]);
+    std::fs::copy(&hostile, bundle.path().join("own-verify.wasm")).expect("copy");
+    app.ok(&["--config", cfg, "plugins", "swap", "verify", "own-verify", "--profile", "hievi"]);
+    assert_eq!(sha_of("own-verify"), sha_of_file(&labeler), "an installed plugin is not replaced");
+}

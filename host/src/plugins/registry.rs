@@ -111,6 +111,14 @@ impl PluginRegistry {
         Ok(out)
     }
 
+    /// Whether the bundled component `name` exists and is not the one with `sha256`.
+    fn bundled_differs(&self, name: &str, sha256: &str) -> bool {
+        match std::fs::read(self.bundled_dir.join(format!("{name}.wasm"))) {
+            Ok(wasm) => Sha256::digest(&wasm).iter().map(|b| format!("{b:02x}")).collect::<String>() != sha256,
+            Err(_) => false,
+        }
+    }
+
     fn install_bundled(&self, name: &str) -> Result<PluginRecord, PipelineError> {
         let path = self.bundled_dir.join(format!("{name}.wasm"));
         let wasm = std::fs::read(&path)
@@ -120,7 +128,15 @@ impl PluginRegistry {
 
     /// The compiled component of plugin `name`, which must implement `kind`.
     fn component(&self, name: &str, kind: StageKind) -> Result<Arc<Component>, PipelineError> {
-        let (record, wasm) = match self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))? {
+        let installed = self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))?;
+        let (record, wasm) = match installed {
+            // A plugin installed from the bundle follows the bundle: a newer build of Evident
+            // brings newer bundled components, which an existing store must not hide. One an
+            // operator installed stays as it is.
+            Some((record, _)) if record.version == "bundled" && self.bundled_differs(name, &record.sha256) => {
+                self.install_bundled(name)?;
+                self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))?.ok_or_else(|| PipelineError::Host(format!("plugin {name} vanished")))?
+            }
             Some(found) => found,
             None => {
                 self.install_bundled(name)?;

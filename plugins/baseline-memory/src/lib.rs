@@ -17,7 +17,7 @@ If the pages do not contain the answer, reply exactly NOT_ANSWERABLE.";
 /// Answers `ctx.question` from the first `top_k` pages of the root question's evidence.
 pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvidence]) -> Result<Answer, String> {
     let top_k: usize = param(ctx, "top_k", 5)?;
-    let page_tokens: u32 = param(ctx, "page_tokens", 350)?;
+    let page_tokens: u32 = param(ctx, "page_tokens", 800)?;
     let max_tokens: u32 = param(ctx, "max_tokens", 96)?;
     let root = evidence.iter().find(|e| e.is_root).ok_or("the memory stage got no evidence for the question")?;
     let mut pages: Vec<(PageRef, String)> = Vec::new();

@@ -4,11 +4,13 @@
 //! drop some.
 //!
 //! The paper's verifier is a VLM trained to write `<evidence_page>T F ...</evidence_page>` for a
-//! window. `judge = "generate"` asks the configured generator for exactly that. Small embedded
-//! models do not keep that format, so the default `judge = "score"` asks, for each page of the
-//! window with the window's other pages as context, whether it is evidence, and compares the
+//! window. `judge = "generate"` asks the configured generator for exactly that. The embedded
+//! models do not keep that format (asked for it, Qwen2.5-Coder-1.5B wrote page numbers and an
+//! answer instead of T/F flags), so the default `judge = "score"` asks, for each page of the
+//! window with the window's pages as context, whether it is evidence, and compares the
 //! log-probabilities of "Yes" and "No" (the host's score-choices); consolidation then re-asks
-//! for each page found true with the other true pages as context.
+//! for each page found true with the true pages as context. The window's pages come first in
+//! every such prompt, so the host computes them once per window (its prompt cache).
 
 wit_bindgen::generate!({
     world: "verify-stage",
@@ -32,16 +34,16 @@ struct Settings {
 
 /// One page's verdict within a window: relevant or not, and the log-odds behind it.
 fn judge_by_score(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, String)], target: usize) -> Result<(bool, f32), String> {
-    // The other pages of the window, shorter, as context; the page judged in full.
+    // Every page of the window, shorter, as context, then the page judged in full. The context
+    // is the same for each page of a window, and comes first, so the host's prompt cache
+    // computes it once per window and each judgement only reads its own page.
     let context: Vec<String> = pages
         .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != target)
-        .map(|(_, (p, text))| format!("(page {}) {}", p.page, text.chars().take(s.context_tokens as usize * 4).collect::<String>()))
+        .map(|(p, text)| format!("(page {}) {}", p.page, text.chars().take(s.context_tokens as usize * 4).collect::<String>()))
         .collect();
     let (page, text) = &pages[target];
     let prompt = format!(
-        "Question: {question}\n\nOther pages:\n{}\n\nPage {}:\n{text}\n\nDoes page {} contain evidence for answering the question? Answer Yes or No.",
+        "Question: {question}\n\nThe pages read together, in short:\n{}\n\nPage {} in full:\n{text}\n\nDoes page {} contain evidence for answering the question? Answer Yes or No.",
         context.join("\n"),
         page.page,
         page.page
