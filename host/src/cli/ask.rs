@@ -72,11 +72,18 @@ fn print_outcome(o: &Outcome, trace: bool, json: bool) -> Result<()> {
         }
         println!();
         for s in &o.trace {
-            println!("{:<10} {:<18} {:>9.0} ms  {:>2} calls {:>6} tokens", s.stage, s.plugin, s.ms, s.llm_calls, s.tokens);
+            println!("{:<10} {:<18} {:>9.0} ms  {:>3} calls {:>7} tokens ({} read from the prompt cache)", s.stage, s.plugin, s.ms, s.llm_calls, s.tokens, s.reused_tokens);
             println!("    in:  {}", s.input);
             println!("    out: {}", s.output);
         }
     }
-    eprintln!("profile {}: {:.1} s, {} model calls, {} tokens", o.profile, o.ms / 1000.0, o.llm_calls, o.tokens);
+    eprintln!(
+        "profile {}: {:.1} s, {} model calls, {} tokens ({} of the prompt tokens read from the prompt cache)",
+        o.profile,
+        o.ms / 1000.0,
+        o.llm_calls,
+        o.tokens,
+        o.reused_tokens
+    );
     Ok(())
 }

@@ -66,6 +66,8 @@ pub struct QueryResponse {
     pub llm_calls: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, those read from an earlier prompt's cache instead of computed.
+    pub reused_tokens: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<Vec<TraceStep>>,
 }
@@ -95,6 +97,7 @@ impl QueryResponse {
             llm_calls: o.llm_calls,
             prompt_tokens: o.prompt_tokens,
             completion_tokens: o.completion_tokens,
+            reused_tokens: o.reused_tokens,
             trace: trace.then_some(o.trace),
         }
     }
