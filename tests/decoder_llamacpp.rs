@@ -17,6 +17,8 @@
 
 mod common;
 
+use common::{floats, ids};
+
 use std::path::PathBuf;
 
 use evident::generate::{EmbeddedGenerator, GenerateRequest, Message, embedded_model_path};
@@ -38,16 +40,7 @@ fn free_running_must_match(model: &str) -> bool {
 }
 
 fn reference() -> Value {
-    let text = std::fs::read_to_string(common::repo_root().join("tests/fixtures/llamacpp_reference.json")).expect("fixture");
-    serde_json::from_str(&text).expect("fixture JSON")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().expect("floats").iter().map(|x| x.as_f64().expect("number") as f32).collect()
+    common::fixture("llamacpp_reference.json")
 }
 
 fn model_path(name: &str) -> PathBuf {

@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::{floats, ids};
+
 use std::path::PathBuf;
 
 use evident::generate::{EmbeddedGenerator, GenerateRequest, Generator, Message};
@@ -39,16 +41,7 @@ fn model_path() -> PathBuf {
 }
 
 fn reference() -> Value {
-    let text = std::fs::read_to_string(common::repo_root().join("tests/fixtures/generator_reference.json")).expect("fixture");
-    serde_json::from_str(&text).expect("fixture JSON")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().expect("floats").iter().map(|x| x.as_f64().expect("number") as f32).collect()
+    common::fixture("generator_reference.json")
 }
 
 fn cpu() -> ComputeDevice {
@@ -238,4 +231,30 @@ fn native_cpu_steps_equal_burn_steps_and_caches_convert_both_ways() {
         assert!(worst < ROUNDED_WORST && rms < ROUNDED_RMS, "step {step}: logits differ by up to {worst} (rms {rms})");
         assert_eq!(native_cache.len(), burn_cache.len());
     }
+}
+
+#[test]
+fn a_prompt_cache_computes_only_what_follows_the_shared_prefix_and_changes_no_answer() {
+    use evident::generate::PromptCache;
+    let qwen = evident::generate::embedded_model_path(&common::repo_root().join(".evident/models"), "qwen2.5-0.5b").expect("a model");
+    let generator = EmbeddedGenerator::load(&qwen, &cpu()).expect("model loads");
+    let context = "Page 12. Internet use among older adults. Fifty-nine percent of seniors report they go online, a \
+        six-point increase in the course of a year, and 47% say they have a high-speed broadband connection at home. \
+        Even so, older adults remain less likely than younger Americans to use the internet: 86% of all adults go online.";
+    let ask = |question: &str| {
+        let mut request = GenerateRequest::user(format!("{context}\n\nQuestion: {question} Answer briefly."), 16);
+        request.messages.insert(0, Message::text("system", "You answer questions about documents using only the pages given."));
+        request
+    };
+    let cache = PromptCache::new(64 << 20);
+    let first = generator.generate(&ask("What share of seniors go online?"), Some(&cache), &mut |_| {}).expect("generates");
+    assert_eq!(cache.reuse().reused, 0, "nothing to reuse yet");
+    assert_eq!(cache.reuse().computed, first.prompt_tokens as u64);
+    let second_request = ask("What share of seniors have broadband at home?");
+    let second = generator.generate(&second_request, Some(&cache), &mut |_| {}).expect("generates");
+    let reuse = cache.reuse();
+    assert_eq!(reuse.computed + reuse.reused, (first.prompt_tokens + second.prompt_tokens) as u64, "every prompt token counted once");
+    assert!(reuse.reused > 60 && reuse.computed - first.prompt_tokens as u64 > 8, "the shared system message and page were read, the new question computed: {reuse:?}");
+    let plain = generator.generate(&second_request, None, &mut |_| {}).expect("generates");
+    assert_eq!(second.text, plain.text, "the cache changes what is computed, not the answer");
 }

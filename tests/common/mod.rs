@@ -117,3 +117,19 @@ pub fn bench_page_counts() -> std::collections::HashMap<String, u64> {
         .map(|q| (q["doc"].as_str().expect("doc").to_string(), q["num_pages"].as_u64().expect("num_pages")))
         .collect()
 }
+
+/// A JSON fixture from tests/fixtures.
+pub fn fixture(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(repo_root().join("tests/fixtures").join(name)).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+/// A JSON array of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+/// A JSON array of numbers, as f32.
+pub fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().expect("floats").iter().map(|x| x.as_f64().expect("number") as f32).collect()
+}

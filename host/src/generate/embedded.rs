@@ -82,11 +82,6 @@ impl EmbeddedGenerator {
         }
     }
 
-    /// The network's hyper-parameters.
-    pub fn config(&self) -> &LlamaConfig {
-        &self.config
-    }
-
     /// The native decoder's weight bytes (None on wgpu).
     pub fn weight_bytes(&self) -> Option<usize> {
         self.native.as_ref().map(NativeDecoder::weight_bytes)

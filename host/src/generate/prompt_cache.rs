@@ -98,9 +98,4 @@ impl PromptCache {
         let inner = self.lock();
         PromptReuse { computed: inner.computed, reused: inner.reused }
     }
-
-    /// Bytes the kept caches take.
-    pub fn bytes(&self) -> usize {
-        self.lock().entries.iter().map(|e| e.kv.bytes()).sum()
-    }
 }

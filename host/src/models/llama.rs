@@ -131,33 +131,6 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Keeps the first `len` tokens (a shared prompt prefix) and forgets the rest.
-    pub fn truncate(&mut self, len: usize) {
-        if len >= self.len {
-            return;
-        }
-        match &mut self.state {
-            KvState::Empty => {}
-            KvState::Host(layers) => {
-                for (k, v) in layers.iter_mut() {
-                    let width = k.len() / self.len.max(1);
-                    k.truncate(len * width);
-                    v.truncate(len * width);
-                }
-            }
-            KvState::Device(layers) => {
-                for (k, v) in layers.iter_mut() {
-                    *k = k.clone().narrow(2, 0, len);
-                    *v = v.clone().narrow(2, 0, len);
-                }
-            }
-        }
-        if len == 0 {
-            self.state = KvState::Empty;
-        }
-        self.len = len;
-    }
-
     /// A copy of the first `len` tokens' keys and values (device tensors are shared, not copied).
     pub fn prefix(&self, len: usize) -> KvCache {
         let len = len.min(self.len);
