@@ -11,6 +11,7 @@ use common::{Appliance, bbox, bench_page_counts, bench_pdf, block_text, blocks, 
 
 const PAPER: &str = "mmlongbench-doc/2303.05039v2.pdf";
 const FILING: &str = "financebench/3M_2022_10K.pdf";
+const SMALL: &str = "financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf";
 
 fn doc_id(app: &Appliance, file: &str) -> String {
     let name = Path::new(file).file_name().and_then(|n| n.to_str()).expect("file name");
@@ -335,4 +336,72 @@ fn pdf_with_one_drawn_page() -> Vec<u8> {
     }
     pdf.extend(format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).bytes());
     pdf
+}
+
+#[test]
+fn hostile_pdfs_end_in_a_document_or_a_sentence_within_their_deadlines() {
+    let app = Appliance::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.toml");
+    let (open_s, doc_s) = (10, 20);
+    std::fs::write(&config, format!("[ingest]\nopen_timeout_s = {open_s}\npage_timeout_s = 10\ndocument_timeout_s = {doc_s}\nworker_memory_mib = 1024\n")).expect("config");
+    let real = std::fs::read(bench_pdf(SMALL)).expect("read");
+    let files: Vec<(String, std::path::PathBuf)> = common::hostile::corpus(&real)
+        .into_iter()
+        .map(|(name, bytes)| {
+            let path = dir.path().join(&name);
+            std::fs::write(&path, bytes).expect("write");
+            (name, path)
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let out = app
+        .command()
+        .arg("--config")
+        .arg(&config)
+        .args(["ingest", "--no-index"])
+        .args(files.iter().map(|(_, p)| p))
+        .arg(bench_pdf(SMALL))
+        .output()
+        .expect("evident runs");
+    let elapsed = started.elapsed();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "ingest ends by itself, reporting failures: {said}\n{}", String::from_utf8_lossy(&out.stderr));
+    // Each document is bounded by its own deadlines, never by another's.
+    let bound = std::time::Duration::from_secs(((open_s + doc_s) * (files.len() as u64 + 1)) as u64);
+    assert!(elapsed < bound, "took {elapsed:?}");
+
+    let line = |path: &Path| -> String {
+        let shown = path.display().to_string();
+        let mine: Vec<&str> = said.lines().filter(|l| (l.starts_with("added") || l.starts_with("failed")) && l.contains(shown.as_str())).collect();
+        assert_eq!(mine.len(), 1, "one verdict for {shown}: {said}");
+        mine[0].to_string()
+    };
+    let verdicts: Vec<(String, String)> = files.iter().map(|(name, path)| (name.clone(), line(path))).collect();
+    let verdict = |name: &str| verdicts.iter().find(|(n, _)| n == name).map(|(_, l)| l.clone()).expect("verdict");
+    assert!(line(&bench_pdf(SMALL)).starts_with("added"), "a normal PDF after the hostile ones is read");
+    assert!(verdict("empty.pdf").contains("is empty"), "{}", verdict("empty.pdf"));
+    assert!(verdict("not-a-pdf.pdf").contains("is not a PDF file"));
+    assert!(verdict("shared-form-fields.pdf").contains("took longer than 10 s to read page 1"), "{}", verdict("shared-form-fields.pdf"));
+    for (name, l) in &verdicts {
+        if let Some(rest) = l.strip_prefix("failed") {
+            assert!(rest.trim().len() > 30 && !rest.contains("panicked"), "{name}: {l}");
+        }
+    }
+    let added = verdicts.iter().filter(|(_, l)| l.starts_with("added")).count();
+    let failed = verdicts.len() - added;
+    eprintln!("hostile files: {} tried, {added} stored, {failed} refused with a sentence, 0 host crashes, 0 hangs", verdicts.len());
+    for (name, l) in &verdicts {
+        eprintln!("  {name}: {}", l.split(dir.path().to_str().expect("path")).last().unwrap_or(l));
+    }
+    // Whatever was stored reads back whole.
+    let docs = app.docs();
+    assert_eq!(docs.len(), added + 1);
+    for d in &docs {
+        let id = d["id"].as_str().expect("id");
+        let pages = d["page_count"].as_u64().expect("pages") as u32;
+        for n in 1..=pages.min(3) {
+            app.page(id, n);
+        }
+    }
 }

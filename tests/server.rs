@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::hostile;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,6 +44,11 @@ struct Server {
 impl Server {
     /// Ingests `pdfs`, then serves with `server` settings (TOML lines under `[server]`).
     fn start(pdfs: &[&str], server: &str) -> Server {
+        Server::start_with(pdfs, server, "")
+    }
+
+    /// As [`Server::start`], with `extra` TOML sections at the end of the configuration.
+    fn start_with(pdfs: &[&str], server: &str, extra: &str) -> Server {
         let app = common::Appliance::new();
         if !pdfs.is_empty() {
             let paths: Vec<PathBuf> = pdfs.iter().map(|p| common::bench_pdf(p)).collect();
@@ -69,7 +76,7 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "[compute]\nbackend = \"cpu\"\n[server]\n{server}\ntokens = [{{ token = \"{ADMIN}\", role = \"admin\" }}, {{ token = \"{READ}\", role = \"read\" }}]\n[plugins]\ndir = \"{}\"\nprofiles_dir = \"{}\"\ndefault_profile = \"quick\"\n",
+                "[compute]\nbackend = \"cpu\"\n[server]\n{server}\ntokens = [{{ token = \"{ADMIN}\", role = \"admin\" }}, {{ token = \"{READ}\", role = \"read\" }}]\n[plugins]\ndir = \"{}\"\nprofiles_dir = \"{}\"\ndefault_profile = \"quick\"\n{extra}",
                 plugins.display(),
                 profiles.display()
             ),
@@ -137,12 +144,29 @@ impl Server {
         self.call("POST", "/v1/documents", Some(token), Some((&format!("multipart/form-data; boundary={boundary}"), body)))
     }
 
+    /// Polls a job until it is done or failed.
+    fn finished_job(&self, id: &str, within: Duration) -> Value {
+        let started = Instant::now();
+        loop {
+            let j = self.get(&format!("/v1/jobs/{id}"), Some(READ)).expect(200, "job").json()["job"].clone();
+            if j["state"] == "done" || j["state"] == "failed" {
+                return j;
+            }
+            assert!(started.elapsed() < within, "job {id} did not end within {within:?}: {j}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     fn documents(&self) -> Vec<Value> {
         self.get("/v1/documents", Some(READ)).json()["documents"].as_array().cloned().expect("documents")
     }
 
     fn ask(&self, body: Value) -> Reply {
         self.post_json("/v1/query", Some(READ), &body)
+    }
+
+    fn child_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     fn terminate(&self) {
@@ -181,6 +205,66 @@ impl Reply {
         assert_eq!(self.status, status, "{what}: {}", self.text());
         self
     }
+}
+
+#[test]
+fn hostile_uploads_end_in_a_sentence_and_never_hold_up_the_next_upload() {
+    let limits = "[ingest]\nopen_timeout_s = 10\npage_timeout_s = 30\ndocument_timeout_s = 30\nworker_memory_mib = 1024\nparallel_reads = 2\n";
+    let mut s = Server::start_with(&[], "", limits);
+    let small = std::fs::read(common::bench_pdf(SMALL)).expect("read");
+
+    // The shared form-field tree opens, then keeps PDFium walking on its page: one reader is held.
+    let stuck = s.upload(ADMIN, "fields.pdf", &hostile::shared_form_fields(48)).expect(202, "the fields bomb opens").json()["job"]["id"].as_str().expect("id").to_string();
+    // A normal upload right after is checked, read and indexed while that one is still stuck.
+    let normal = s.upload(ADMIN, "pepsico-8k.pdf", &small).expect(202, "normal upload").json()["job"]["id"].as_str().expect("id").to_string();
+    let done = s.finished_job(&normal, Duration::from_secs(120));
+    assert_eq!(done["state"], "done", "{done}");
+    let held = s.get(&format!("/v1/jobs/{stuck}"), Some(READ)).expect(200, "job").json()["job"].clone();
+    assert_eq!(held["state"], "reading", "the stuck document is still being read: {held}");
+    let failed = s.finished_job(&stuck, Duration::from_secs(90));
+    assert_eq!(failed["state"], "failed");
+    assert!(failed["error"].as_str().expect("error").starts_with("fields.pdf took longer than 30 s to read"), "{failed}");
+
+    // Every other hostile file: refused with a sentence, or a job that ends within its deadline.
+    let (mut stored, mut refused, mut failed_jobs) = (0, 0, 0);
+    let mut outcomes = Vec::new();
+    for (name, bytes) in hostile::corpus(&small) {
+        if name == "shared-form-fields.pdf" {
+            continue;
+        }
+        let reply = s.upload(ADMIN, &name, &bytes);
+        match reply.status {
+            202 => {
+                let id = reply.json()["job"]["id"].as_str().expect("id").to_string();
+                let job = s.finished_job(&id, Duration::from_secs(120));
+                if job["state"] == "done" {
+                    stored += 1;
+                } else {
+                    let error = job["error"].as_str().expect("a failed job says why");
+                    assert!(error.len() > 20 && !error.contains("panicked"), "{name}: {error}");
+                    failed_jobs += 1;
+                }
+            }
+            200 => stored += 1,
+            422 => {
+                let error = reply.error();
+                assert!(error.starts_with(&name) && error.len() > name.len() + 6, "{name}: {error}");
+                refused += 1;
+                outcomes.push((name.clone(), error));
+            }
+            other => panic!("{name}: status {other}: {}", reply.text()),
+        }
+    }
+    eprintln!("hostile uploads: {stored} stored, {refused} refused, {failed_jobs} failed while reading");
+    for (name, sentence) in [("empty.pdf", "is empty"), ("not-a-pdf.pdf", "is not a PDF file")] {
+        assert!(outcomes.iter().any(|(n, e)| n == name && e.contains(sentence)), "{name} is refused: {outcomes:?}");
+    }
+
+    // The server still serves: a question over the normal document is answered.
+    assert!(s.child_alive(), "the server is still running");
+    let id = done["document"].as_str().expect("document");
+    let r = s.ask(json!({ "question": "PepsiCo shareholder vote", "documents": [id] })).expect(200, "a question after the hostile uploads").json();
+    assert_eq!(r["evidence"][0]["document"], id);
 }
 
 fn is_png(bytes: &[u8]) -> bool {

@@ -132,6 +132,18 @@ pub struct TokenConfig {
 pub struct IngestConfig {
     pub render_images: bool,
     pub page_image_max_px: u32,
+    /// Seconds the PDF worker may take to open a document.
+    pub open_timeout_s: u64,
+    /// Seconds it may take for any one page.
+    pub page_timeout_s: u64,
+    /// Seconds it may take for a whole document.
+    pub document_timeout_s: u64,
+    /// Address space of the worker reading one document, MiB.
+    pub worker_memory_mib: u64,
+    /// Pages a document may have.
+    pub max_pages: u32,
+    /// Uploaded documents read at once by `evident serve`.
+    pub parallel_reads: usize,
 }
 
 impl ApplianceConfig {

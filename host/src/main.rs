@@ -51,14 +51,33 @@ enum Command {
     /// Measure Evident's speed and print a table.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
+    /// Read one PDF for the host over stdin and stdout (started by ingest and serve).
+    #[command(name = "pdf-worker", hide = true)]
+    PdfWorker {
+        /// PDFium's shared library.
+        #[arg(long)]
+        library: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
-    cli::restore_sigpipe();
     cli::tune_allocator();
     cli::ensure_runtime_dir();
     cli::init_logging();
     let cli = Cli::parse();
+    // Commands that talk to PDF workers must see a dead worker's pipe as an error, not die.
+    if !matches!(cli.command, Command::Ingest(_) | Command::Serve(_)) {
+        cli::restore_sigpipe();
+    }
+    if let Command::PdfWorker { library } = &cli.command {
+        return match evident::ingest::serve_worker(library) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: the PDF worker stopped: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = cli::Context::new(cli.config.as_deref(), cli.data_dir).and_then(|ctx| match cli.command {
         Command::Ingest(args) => cli::ingest::run(&ctx, args),
         Command::Docs(args) => cli::docs::list(&ctx, args),
@@ -72,6 +91,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(&ctx, args),
         Command::Generate(args) => cli::generate::run(&ctx, args),
         Command::Bench(cmd) => cli::bench::run(&ctx, cmd),
+        Command::PdfWorker { .. } => unreachable!("handled before the configuration is read"),
     });
     match result {
         Ok(code) => code,

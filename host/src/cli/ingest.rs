@@ -33,7 +33,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
         anyhow::bail!("no PDF files found in the paths given");
     }
     let store = ctx.store()?;
-    let reader = ctx.pdf_reader()?;
+    let worker = ctx.pdf_worker()?;
     let options = IngestOptions {
         password: args.password,
         image_max_px: (ctx.config.ingest.render_images && !args.no_images)
@@ -43,7 +43,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     let (mut added, mut present, mut failed, mut pages) = (0, 0, 0, 0u64);
     let mut to_index = Vec::new();
     for path in &files {
-        match ingest_file(&store, &reader, path, &options, &progress) {
+        match ingest_file(&store, &worker, path, &options, &progress) {
             Ok(IngestOutcome::Added { doc, seconds }) => {
                 added += 1;
                 pages += u64::from(doc.page_count);
@@ -60,7 +60,11 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
             }
             Ok(IngestOutcome::AlreadyPresent { doc }) => {
                 present += 1;
-                progress.println(&format!("present  {}  {} (already in the store, nothing to do)", doc.id, path.display()));
+                progress.println(&format!("present  {}  {} (already in the store)", doc.id, path.display()));
+                // An earlier run may have been stopped while indexing it.
+                if evident::retrieval::needs_index(&store, &doc)? {
+                    to_index.push(doc);
+                }
             }
             Err(e) => {
                 failed += 1;

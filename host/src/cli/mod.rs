@@ -22,7 +22,7 @@ use anyhow::Result;
 use evident::config::{ApplianceConfig, ComputeBackend, GeneratorBackend};
 use evident::generate::{EmbeddedGenerator, Generator, RemoteGenerator, embedded_model_path};
 use evident::plugins::{PluginRegistry, StageRuntime};
-use evident::ingest::PdfReader;
+use evident::ingest::{PdfReader, PdfWorker, ReadLimits};
 use evident::models::{TextEncoder, burn_device};
 use evident::retrieval::{LexicalIndex, MaxSimBackend, lexical_dir};
 use evident::store::Store;
@@ -120,9 +120,18 @@ impl Context {
         }))
     }
 
-    /// Binds PDFium.
+    /// Binds PDFium in this process (benchmarks of PDFium itself).
     pub fn pdf_reader(&self) -> Result<PdfReader> {
         Ok(PdfReader::new(&self.config.pdfium_library)?)
+    }
+
+    /// PDF workers (this binary as `evident pdf-worker`) under the `[ingest]` limits, checked
+    /// once on a tiny built-in PDF.
+    pub fn pdf_worker(&self) -> Result<PdfWorker> {
+        let limits = ReadLimits::from_config(&self.config.ingest);
+        let worker = PdfWorker::current_exe(self.config.pdfium_library.clone(), limits)?;
+        worker.check().map_err(|e| anyhow::anyhow!("PDF reading does not work: {e}"))?;
+        Ok(worker)
     }
 }
 

@@ -3,10 +3,13 @@
 mod layout;
 mod pdf;
 mod progress;
+mod wire;
+mod worker;
 
 pub use layout::{Glyph, layout_page};
 pub use pdf::{OpenPdf, PdfError, PdfReader};
 pub use progress::IngestProgress;
+pub use worker::{PdfWorker, ReadLimits, WORKER_SUBCOMMAND, WorkerDocument, serve_worker};
 
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -72,10 +75,12 @@ pub fn collect_pdfs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, IngestError> {
     Ok(out)
 }
 
-/// Ingests one PDF. Either the whole document lands in the store or nothing does.
+/// Ingests one PDF, read by a worker of its own. Either the whole document lands in the store
+/// or nothing does. Pages are read before the store's write transaction begins, so a slow or
+/// hostile document never holds the store's single writer.
 pub fn ingest_file(
     store: &Store,
-    reader: &PdfReader,
+    worker: &PdfWorker,
     path: &Path,
     options: &IngestOptions,
     progress: &IngestProgress,
@@ -88,24 +93,27 @@ pub fn ingest_file(
         return Ok(IngestOutcome::AlreadyPresent { doc });
     }
     let pdf_err = |source| IngestError::Pdf { path: path.to_path_buf(), source };
-    let pdf = reader.open(&bytes, options.password.as_deref()).map_err(pdf_err)?;
+    let mut pdf = worker.open(&bytes, options.password.as_deref()).map_err(pdf_err)?;
     let page_count = pdf.page_count();
     progress.start_document(path, page_count);
 
-    let mut writer = store.begin_document(&content_hash).map_err(store_err)?;
-    let mut pages_without_text = 0;
+    let mut pages = Vec::with_capacity(page_count as usize);
     for number in 1..=page_count {
-        let (page, image) = pdf.read_page(number, options.image_max_px).map_err(pdf_err)?;
-        if !page.has_text_layer {
-            pages_without_text += 1;
-        }
-        writer.put_page(&page, image.as_deref()).map_err(store_err)?;
-        debug!(doc = writer.id(), "page {number}/{page_count} read");
+        pages.push(pdf.read_page(number, options.image_max_px).map_err(pdf_err)?);
+        debug!(path = %path.display(), "page {number}/{page_count} read");
         progress.page_done();
     }
     let title = pdf.title().unwrap_or_else(|| {
         path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
     });
+    let outline = pdf.outline();
+    drop(pdf);
+
+    let mut writer = store.begin_document(&content_hash).map_err(store_err)?;
+    for (page, image) in &pages {
+        writer.put_page(page, image.as_deref()).map_err(store_err)?;
+    }
+    let pages_without_text = pages.iter().filter(|(p, _)| !p.has_text_layer).count() as u32;
     let doc = DocumentRecord {
         id: writer.id().to_string(),
         content_hash,
@@ -116,7 +124,6 @@ pub fn ingest_file(
         pages_without_text,
         has_page_images: options.image_max_px.is_some(),
     };
-    let outline = pdf.outline();
     writer.commit(&doc, &outline).map_err(store_err)?;
     Ok(IngestOutcome::Added { doc, seconds: started.elapsed().as_secs_f64() })
 }

@@ -3,16 +3,19 @@
 use std::path::Path;
 
 use pdfium_render::prelude::*;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::layout::{Glyph, layout_page};
 use crate::store::{BoundingBox, OutlineEntry, PageRecord};
 
 /// Why a PDF could not be read.
-#[derive(Debug, Error)]
+#[derive(Debug, Error, Serialize, Deserialize)]
 pub enum PdfError {
     #[error("cannot load the PDF library at {path}: {reason}; run the set-up (scripts/setup.sh) or set pdfium_library in appliance.toml")]
     Library { path: String, reason: String },
+    #[error("is empty (0 bytes)")]
+    Empty,
     #[error("is not a PDF file (it does not start with %PDF)")]
     NotPdf,
     #[error("is truncated: it has no end-of-file marker (%%EOF), so the copy is incomplete")]
@@ -27,6 +30,16 @@ pub enum PdfError {
     Page { page: u32, reason: String },
     #[error("page {page} cannot be rendered ({reason})")]
     Render { page: u32, reason: String },
+    #[error("took longer than {seconds} s {what}; it may be damaged or hostile (the limits are open_timeout_s, page_timeout_s and document_timeout_s in [ingest])")]
+    TimedOut { seconds: u64, what: String },
+    #[error("crashed PDFium ({signal}); it may be damaged or hostile, or need more than the {memory_mib} MiB a document may use (worker_memory_mib in [ingest])")]
+    Crashed { signal: String, memory_mib: u64 },
+    #[error("has no page PDFium can find; it may be damaged")]
+    NoPages,
+    #[error("has {count} pages, more than the {limit} a document may have (max_pages in [ingest])")]
+    TooManyPages { count: u32, limit: u32 },
+    #[error("could not be read because the PDF worker failed: {0}")]
+    Worker(String),
 }
 
 /// The PDF parser: one per process, since PDFium binds once.
@@ -60,14 +73,28 @@ impl PdfReader {
             PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FormatError) => {
                 PdfError::Damaged("its structure is invalid".into())
             }
-            other => PdfError::Damaged(format!("{other:?}")),
+            other => PdfError::Damaged(pdfium_reason(&other)),
         })?;
         Ok(OpenPdf { doc })
     }
 }
 
+/// PDFium's error in words; its own names are for programmers.
+fn pdfium_reason(e: &PdfiumError) -> String {
+    match e {
+        PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::Unknown) => "PDFium reports an unknown error; the file may be damaged".into(),
+        PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FormatError) => "its structure is invalid".into(),
+        PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::PageError) => "the page is missing or invalid".into(),
+        PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FileError) => "PDFium cannot read the file".into(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// A PDF starts with `%PDF` (within its first KiB) and ends with `%%EOF` (within its last KiB).
 fn check_envelope(bytes: &[u8]) -> Result<(), PdfError> {
+    if bytes.is_empty() {
+        return Err(PdfError::Empty);
+    }
     let head = &bytes[..bytes.len().min(1024)];
     if !contains(head, b"%PDF-") {
         return Err(PdfError::NotPdf);
@@ -115,7 +142,7 @@ impl OpenPdf<'_> {
     /// Reads one page (1-based): its blocks in reading order, and its image if `image_max_px`
     /// is given (the longer side, in pixels), as PNG.
     pub fn read_page(&self, number: u32, image_max_px: Option<u32>) -> Result<(PageRecord, Option<Vec<u8>>), PdfError> {
-        let page_err = |e: PdfiumError| PdfError::Page { page: number, reason: format!("{e:?}") };
+        let page_err = |e: PdfiumError| PdfError::Page { page: number, reason: pdfium_reason(&e) };
         let index = i32::try_from(number.saturating_sub(1)).map_err(|_| PdfError::Page { page: number, reason: "page index out of range".into() })?;
         let page = self.doc.pages().get(index).map_err(page_err)?;
         let rotation = page.rotation().unwrap_or(PdfPageRenderRotation::None);

@@ -114,6 +114,12 @@ pub fn index_document(
     index_document_with(store, lexical, encoder, doc, &|_| {})
 }
 
+/// Whether a document's retrieval indexes are missing or out of date.
+pub fn needs_index(store: &Store, doc: &DocumentRecord) -> Result<bool, RetrievalError> {
+    let state = store.index_state(doc)?;
+    Ok(!has_current_vectors(&state) || !state.lexical)
+}
+
 /// [`index_document`], telling `on_encoded` how many pages have their vectors so far.
 pub fn index_document_with(
     store: &Store,

@@ -89,7 +89,7 @@ pub async fn upload(State(state): State<Arc<AppState>>, mut multipart: Multipart
     match state.jobs.submit(bytes, name).await {
         Ok(Accepted::Job(job)) => Ok((StatusCode::ACCEPTED, Json(json!({ "job": job }))).into_response()),
         Ok(Accepted::Present(doc)) => Ok((StatusCode::OK, Json(json!({ "already_present": true, "document": view(&state, &doc)? }))).into_response()),
-        Err(message) => Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)),
+        Err(e) => Err(e),
     }
 }
 

@@ -1,22 +1,27 @@
-//! Uploaded PDFs become ingest jobs. One thread owns PDFium (it is not thread-safe) and reads
-//! pages; another encodes them for retrieval, so a long index does not hold up the next
-//! upload's check. Each job's progress is visible at `GET /v1/jobs/{id}`.
+//! Uploaded PDFs become ingest jobs. Each upload is checked by a PDF worker of its own, and a
+//! few reader threads read the accepted ones (each document in its own worker), so a document
+//! that makes PDFium hang holds up neither the next upload's check nor the other readers. One
+//! thread encodes read documents for retrieval, and at start brings every stored document's
+//! indexes up to date (a run killed while indexing leaves some behind). Each job's progress is
+//! visible at `GET /v1/jobs/{id}`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
+use axum::http::StatusCode;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::oneshot;
+use tracing::{info, warn};
 
+use super::error::ApiError;
 use super::Metrics;
 use super::metrics::JobLabels;
-use crate::ingest::{IngestOptions, IngestOutcome, IngestProgress, PdfReader, ingest_file};
+use crate::ingest::{IngestError, IngestOptions, IngestOutcome, IngestProgress, PdfWorker, ingest_file};
 use crate::pipeline::Services;
-use crate::retrieval::index_document_with;
+use crate::retrieval::{index_document_with, needs_index};
 use crate::store::DocumentRecord;
 
 /// Jobs kept for `GET /v1/jobs/{id}` after they end.
@@ -77,93 +82,236 @@ pub enum Accepted {
     Present(DocumentRecord),
 }
 
-struct Upload {
-    bytes: Vec<u8>,
-    file_name: String,
-    reply: oneshot::Sender<Result<Accepted, String>>,
+/// An accepted upload waiting for a reader.
+struct ReadJob {
+    job: Arc<Job>,
+    path: PathBuf,
+}
+
+/// A document waiting for its indexes; `job` is None for one found stale at start.
+struct IndexJob {
+    job: Option<Arc<Job>>,
+    doc: DocumentRecord,
+}
+
+/// What the checking, reading and indexing threads share.
+struct Shared {
+    services: Arc<Services>,
+    worker: PdfWorker,
+    uploads_dir: PathBuf,
+    options: IngestOptions,
+    metrics: Arc<Metrics>,
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+    next_id: AtomicU64,
+    reads: Mutex<mpsc::Sender<ReadJob>>,
+    index: Mutex<mpsc::Sender<IndexJob>>,
 }
 
 /// The ingest workers and their jobs.
 pub struct IngestJobs {
-    uploads: Mutex<mpsc::Sender<Upload>>,
-    jobs: Arc<Mutex<HashMap<String, Arc<Job>>>>,
+    shared: Arc<Shared>,
 }
 
 impl IngestJobs {
-    /// Starts the workers; fails when PDFium cannot be loaded.
-    pub fn start(services: Arc<Services>, pdfium: &Path, uploads_dir: PathBuf, options: IngestOptions, metrics: Arc<Metrics>) -> Result<IngestJobs, String> {
-        let (tx, rx) = mpsc::channel::<Upload>();
-        let (index_tx, index_rx) = mpsc::channel::<(Arc<Job>, DocumentRecord)>();
-        let jobs: Arc<Mutex<HashMap<String, Arc<Job>>>> = Arc::default();
-        let pdfium = pdfium.to_path_buf();
-        let reader_jobs = jobs.clone();
-        let reader_services = services.clone();
-        let reader_metrics = metrics.clone();
-        // PDFium is bound on its thread; a missing library stops the server at start, not at the first upload.
-        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
-        std::thread::Builder::new()
-            .name("evident-ingest".into())
-            .spawn(move || {
-                let reader = match PdfReader::new(&pdfium) {
-                    Ok(r) => {
-                        let _ = ready_tx.send(Ok(()));
-                        r
+    /// Starts `parallel_reads` reader threads and the index thread; fails when the PDF worker
+    /// cannot read a tiny PDF (PDFium missing, say).
+    pub fn start(
+        services: Arc<Services>,
+        worker: PdfWorker,
+        uploads_dir: PathBuf,
+        options: IngestOptions,
+        metrics: Arc<Metrics>,
+        parallel_reads: usize,
+    ) -> Result<IngestJobs, String> {
+        worker.check().map_err(|e| format!("PDF reading does not work: {e}"))?;
+        let (read_tx, read_rx) = mpsc::channel::<ReadJob>();
+        let (index_tx, index_rx) = mpsc::channel::<IndexJob>();
+        let shared = Arc::new(Shared {
+            services,
+            worker,
+            uploads_dir,
+            options,
+            metrics,
+            jobs: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            reads: Mutex::new(read_tx),
+            index: Mutex::new(index_tx.clone()),
+        });
+        let read_rx = Arc::new(Mutex::new(read_rx));
+        for n in 0..parallel_reads.max(1) {
+            let (shared, read_rx) = (shared.clone(), read_rx.clone());
+            std::thread::Builder::new()
+                .name(format!("evident-read-{n}"))
+                .spawn(move || {
+                    loop {
+                        // The lock is held only while waiting, so readers take turns at the queue.
+                        let next = read_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        match next {
+                            Ok(job) => shared.read(job),
+                            Err(_) => return,
+                        }
                     }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                let next_id = AtomicU64::new(1);
-                for upload in rx {
-                    read_upload(&reader, &reader_services, &uploads_dir, &options, &reader_jobs, &next_id, upload, &index_tx, &reader_metrics);
-                }
-            })
-            .map_err(|e| format!("cannot start the ingest thread: {e}"))?;
-        ready_rx.recv().map_err(|_| "the ingest thread stopped at start".to_string())??;
+                })
+                .map_err(|e| format!("cannot start a reader thread: {e}"))?;
+        }
+        let indexer = shared.clone();
         std::thread::Builder::new()
             .name("evident-index".into())
             .spawn(move || {
-                for (job, doc) in index_rx {
-                    let s = &services;
-                    let result = index_document_with(&s.store, &s.lexical, &s.encoder, &doc, &|n| job.pages_indexed.store(n, Ordering::Relaxed));
-                    match result {
-                        Ok(_) => {
-                            job.update(|v| {
-                                v.state = JobState::Done;
-                                v.pages_indexed = doc.page_count;
-                            });
-                            metrics.jobs.get_or_create(&JobLabels { outcome: "done".into() }).inc();
-                        }
-                        Err(e) => {
-                            // The document is stored and searchable by text; `evident index` can finish it.
-                            job.update(|v| {
-                                v.state = JobState::Failed;
-                                v.error = Some(format!("the document was stored but could not be indexed: {e}"));
-                            });
-                            metrics.jobs.get_or_create(&JobLabels { outcome: "failed".into() }).inc();
-                        }
-                    }
+                for job in index_rx {
+                    indexer.index(job);
                 }
             })
             .map_err(|e| format!("cannot start the index thread: {e}"))?;
-        Ok(IngestJobs { uploads: Mutex::new(tx), jobs })
+        queue_stale(&shared.services, &index_tx);
+        Ok(IngestJobs { shared })
     }
 
-    /// Hands an upload to the workers; answers once the PDF has been opened (or refused).
-    pub async fn submit(&self, bytes: Vec<u8>, file_name: String) -> Result<Accepted, String> {
-        let (reply, answer) = oneshot::channel();
-        self.uploads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(Upload { bytes, file_name, reply })
-            .map_err(|_| "the ingest worker has stopped; restart the appliance".to_string())?;
-        answer.await.map_err(|_| "the ingest worker stopped while reading the upload".to_string())?
+    /// Checks an upload in a PDF worker of its own and queues it for reading; answers once the
+    /// PDF has been opened (or refused).
+    pub async fn submit(&self, bytes: Vec<u8>, file_name: String) -> Result<Accepted, ApiError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.accept(bytes, file_name))
+            .await
+            .map_err(|_| ApiError::internal("the check of the upload stopped unexpectedly; try again"))?
     }
 
     /// A job by id.
     pub fn get(&self, id: &str) -> Option<JobView> {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|j| j.view())
+        self.shared.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|j| j.view())
+    }
+}
+
+/// Queues every stored document whose indexes are missing or out of date.
+fn queue_stale(services: &Services, index: &mpsc::Sender<IndexJob>) {
+    let docs = match services.store.documents() {
+        Ok(docs) => docs,
+        Err(e) => {
+            warn!("cannot list the stored documents to bring their indexes up to date: {e}");
+            return;
+        }
+    };
+    for doc in docs {
+        match needs_index(&services.store, &doc) {
+            Ok(true) => {
+                info!(doc = %doc.id, "indexing a document an earlier run left unindexed");
+                let _ = index.send(IndexJob { job: None, doc });
+            }
+            Ok(false) => {}
+            Err(e) => warn!(doc = %doc.id, "cannot read the index state: {e}"),
+        }
+    }
+}
+
+impl Shared {
+    fn accept(&self, bytes: Vec<u8>, file_name: String) -> Result<Accepted, ApiError> {
+        let name = safe_name(&file_name);
+        let hash = hex(&Sha256::digest(&bytes));
+        if let Some(doc) = self.services.store.find_by_hash(&hash)? {
+            return Ok(Accepted::Present(doc));
+        }
+        let page_count = match self.worker.open(&bytes, self.options.password.as_deref()) {
+            Ok(pdf) => pdf.page_count(),
+            Err(e) => {
+                self.metrics.jobs.get_or_create(&JobLabels { outcome: "refused".into() }).inc();
+                return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("{name} {e}")));
+            }
+        };
+        let dir = self.uploads_dir.join(&hash[..16]);
+        let path = dir.join(&name);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, &bytes))
+            .map_err(|e| ApiError::internal(format!("the upload could not be saved in {}: {e}", dir.display())))?;
+        let id = format!("job-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let job = Arc::new(Job {
+            view: Mutex::new(JobView {
+                id: id.clone(),
+                file_name: name,
+                state: JobState::Reading,
+                pages: page_count,
+                pages_read: 0,
+                pages_indexed: 0,
+                document: crate::store::document_id(&hash),
+                error: None,
+            }),
+            progress: IngestProgress::hidden(),
+            pages_indexed: AtomicU32::new(0),
+        });
+        {
+            let mut all = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            if all.len() >= KEPT_JOBS {
+                all.retain(|_, j| !matches!(j.view().state, JobState::Done | JobState::Failed));
+            }
+            all.insert(id, job.clone());
+        }
+        let view = job.view();
+        self.reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(ReadJob { job, path })
+            .map_err(|_| ApiError::internal("the PDF readers have stopped; restart the appliance"))?;
+        Ok(Accepted::Job(view))
+    }
+
+    fn read(&self, ReadJob { job, path }: ReadJob) {
+        match ingest_file(&self.services.store, &self.worker, &path, &self.options, &job.progress) {
+            Ok(IngestOutcome::Added { doc, .. }) | Ok(IngestOutcome::AlreadyPresent { doc }) => {
+                job.update(|v| {
+                    v.state = JobState::Indexing;
+                    v.pages_read = v.pages;
+                });
+                let _ = self.index.lock().unwrap_or_else(|p| p.into_inner()).send(IndexJob { job: Some(job), doc });
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                // The sentence names the file as it was uploaded, not where it was kept.
+                let error = match e {
+                    IngestError::Pdf { source, .. } => format!("{} {source}", job.view().file_name),
+                    other => other.to_string(),
+                };
+                job.update(|v| {
+                    v.state = JobState::Failed;
+                    v.error = Some(error);
+                });
+                self.metrics.jobs.get_or_create(&JobLabels { outcome: "failed".into() }).inc();
+            }
+        }
+    }
+
+    fn index(&self, IndexJob { job, doc }: IndexJob) {
+        let s = &self.services;
+        let on_encoded = |n| {
+            if let Some(job) = &job {
+                job.pages_indexed.store(n, Ordering::Relaxed);
+            }
+        };
+        let result = index_document_with(&s.store, &s.lexical, &s.encoder, &doc, &on_encoded);
+        let Some(job) = job else {
+            if let Err(e) = result {
+                warn!(doc = %doc.id, "the document could not be indexed: {e}");
+            }
+            return;
+        };
+        match result {
+            Ok(_) => {
+                job.update(|v| {
+                    v.state = JobState::Done;
+                    v.pages_indexed = doc.page_count;
+                });
+                self.metrics.jobs.get_or_create(&JobLabels { outcome: "done".into() }).inc();
+            }
+            Err(e) => {
+                // The document is stored and searchable by text; `evident index` can finish it.
+                job.update(|v| {
+                    v.state = JobState::Failed;
+                    v.error = Some(format!("the document was stored but could not be indexed: {e}"));
+                });
+                self.metrics.jobs.get_or_create(&JobLabels { outcome: "failed".into() }).inc();
+            }
+        }
     }
 }
 
@@ -178,89 +326,6 @@ fn safe_name(name: &str) -> String {
     let cleaned = cleaned.trim_start_matches('.').to_string();
     let cleaned = if cleaned.is_empty() { "upload.pdf".to_string() } else { cleaned };
     if cleaned.to_ascii_lowercase().ends_with(".pdf") { cleaned } else { format!("{cleaned}.pdf") }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn read_upload(
-    reader: &PdfReader,
-    services: &Services,
-    uploads_dir: &Path,
-    options: &IngestOptions,
-    jobs: &Mutex<HashMap<String, Arc<Job>>>,
-    next_id: &AtomicU64,
-    upload: Upload,
-    index_tx: &mpsc::Sender<(Arc<Job>, DocumentRecord)>,
-    metrics: &Metrics,
-) {
-    let Upload { bytes, file_name, reply } = upload;
-    let name = safe_name(&file_name);
-    let hash = hex(&Sha256::digest(&bytes));
-    match services.store.find_by_hash(&hash) {
-        Ok(Some(doc)) => {
-            let _ = reply.send(Ok(Accepted::Present(doc)));
-            return;
-        }
-        Ok(None) => {}
-        Err(e) => {
-            let _ = reply.send(Err(format!("the store cannot be read: {e}")));
-            return;
-        }
-    }
-    let page_count = match reader.open(&bytes, options.password.as_deref()) {
-        Ok(pdf) => pdf.page_count(),
-        Err(e) => {
-            metrics.jobs.get_or_create(&JobLabels { outcome: "refused".into() }).inc();
-            let _ = reply.send(Err(format!("{name} {e}")));
-            return;
-        }
-    };
-    let dir = uploads_dir.join(&hash[..16]);
-    let path = dir.join(&name);
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &bytes)) {
-        let _ = reply.send(Err(format!("the upload could not be saved in {}: {e}", dir.display())));
-        return;
-    }
-    let id = format!("job-{}", next_id.fetch_add(1, Ordering::Relaxed));
-    let job = Arc::new(Job {
-        view: Mutex::new(JobView {
-            id: id.clone(),
-            file_name: name.clone(),
-            state: JobState::Reading,
-            pages: page_count,
-            pages_read: 0,
-            pages_indexed: 0,
-            document: crate::store::document_id(&hash),
-            error: None,
-        }),
-        progress: IngestProgress::hidden(),
-        pages_indexed: AtomicU32::new(0),
-    });
-    {
-        let mut all = jobs.lock().unwrap_or_else(|p| p.into_inner());
-        if all.len() >= KEPT_JOBS {
-            all.retain(|_, j| !matches!(j.view().state, JobState::Done | JobState::Failed));
-        }
-        all.insert(id, job.clone());
-    }
-    let _ = reply.send(Ok(Accepted::Job(job.view())));
-    match ingest_file(&services.store, reader, &path, options, &job.progress) {
-        Ok(IngestOutcome::Added { doc, .. }) | Ok(IngestOutcome::AlreadyPresent { doc }) => {
-            job.update(|v| {
-                v.state = JobState::Indexing;
-                v.pages_read = v.pages;
-            });
-            let _ = index_tx.send((job, doc));
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&path);
-            let _ = std::fs::remove_dir(&dir);
-            job.update(|v| {
-                v.state = JobState::Failed;
-                v.error = Some(e.to_string());
-            });
-            metrics.jobs.get_or_create(&JobLabels { outcome: "failed".into() }).inc();
-        }
-    }
 }
 
 #[cfg(test)]

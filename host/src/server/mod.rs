@@ -28,7 +28,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 
 use crate::config::{ApplianceConfig, Role};
-use crate::ingest::IngestOptions;
+use crate::ingest::{IngestOptions, PdfWorker, ReadLimits};
 use crate::pipeline::Services;
 use crate::plugins::PluginRegistry;
 use crate::store::Store;
@@ -67,8 +67,10 @@ impl AppState {
             password: None,
             image_max_px: config.ingest.render_images.then_some(config.ingest.page_image_max_px),
         };
-        let jobs = IngestJobs::start(services.clone(), &config.pdfium_library, config.data_dir.join("uploads"), options, metrics.clone())
-            .map_err(|e| ServeError::Setup(e.to_string()))?;
+        let limits = ReadLimits::from_config(&config.ingest);
+        let worker = PdfWorker::current_exe(config.pdfium_library.clone(), limits).map_err(|e| ServeError::Setup(format!("PDF reading does not work: {e}")))?;
+        let jobs = IngestJobs::start(services.clone(), worker, config.data_dir.join("uploads"), options, metrics.clone(), config.ingest.parallel_reads)
+            .map_err(ServeError::Setup)?;
         Ok(AppState { store: services.store.clone(), config, services, registry, tokens, gate, jobs: Arc::new(jobs), metrics })
     }
 }
