@@ -56,8 +56,17 @@ fn index_is_idempotent_and_rm_leaves_no_hit() {
     let out = app.run(&["search", "personality", "--mode", "maxsim", "--doc", "2303.05039v2.pdf"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("run `evident index`"));
+    // Over every document, the indexed one is searched and the other is named.
+    let out = app.run(&["search", "personality", "--mode", "maxsim", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is still being indexed and was not searched"), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("search JSON");
+    assert!(!hits.is_empty() && hits.iter().all(|h| !h["title"].as_str().unwrap_or_default().starts_with("Improving")), "{hits:?}");
+    // Ingesting the same file again (as after a run killed while indexing) finishes its index.
+    let out = app.ingest(&[&bench_pdf(PAPER)], &["--no-images"]);
+    assert!(out.contains("0 added") && out.contains("1 indexed"), "{out}");
     let out = app.ok(&["index"]);
-    assert!(out.contains("1 indexed, 1 already up to date"), "{out}");
+    assert!(out.contains("0 indexed, 2 already up to date"), "{out}");
     assert_eq!(search(&app, "personality", "maxsim", &["--doc", "2303.05039v2.pdf"]).len(), 5);
 }
 

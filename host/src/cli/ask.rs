@@ -66,6 +66,9 @@ fn print_outcome(o: &Outcome, trace: bool, json: bool) -> Result<()> {
         let title: String = e.title.chars().take(50).collect();
         println!("  [{}] {title} ({}), page {}: {}", i + 1, e.document, e.page, e.snippet);
     }
+    if let Some(notice) = &o.notice {
+        println!("  note: {notice}");
+    }
     if trace {
         for line in &o.log {
             println!("  log: {line}");

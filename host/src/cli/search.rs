@@ -90,7 +90,18 @@ pub fn run_index(
 /// Ranks pages for a question.
 pub fn search(ctx: &Context, args: SearchArgs) -> Result<ExitCode> {
     let store = ctx.store()?;
-    let docs = resolve_docs(&store, &args.docs)?;
+    let scope = resolve_docs(&store, &args.docs)?;
+    let mut docs = Vec::with_capacity(scope.len());
+    let mut unindexed = Vec::new();
+    for doc in scope {
+        if evident::retrieval::needs_index(&store, &doc)? { unindexed.push(doc) } else { docs.push(doc) }
+    }
+    if docs.is_empty() && !unindexed.is_empty() {
+        anyhow::bail!("none of the {} documents in scope is indexed yet; run `evident index`", unindexed.len());
+    }
+    if let Some(notice) = evident::pipeline::unindexed_notice(&unindexed) {
+        eprintln!("note: {notice}");
+    }
     let lexical = ctx.lexical()?;
     let encoder = if args.mode == SearchMode::Bm25 { None } else { Some(ctx.encoder()?) };
     let maxsim = ctx.maxsim()?;

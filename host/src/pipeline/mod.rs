@@ -21,6 +21,7 @@ use wasmtime::component::Component;
 use crate::plugins::types::{self, Candidate, PageRef, QuestionEvidence, StageContext};
 use crate::plugins::{PluginError, StageHost, StageKind, StageRuntime};
 use crate::retrieval::{best_block, trim_snippet};
+use crate::store::DocumentRecord;
 
 /// Why a question could not be answered.
 #[derive(Debug, Error)]
@@ -31,6 +32,9 @@ pub enum PipelineError {
     Stage { stage: StageKind, plugin: String, source: PluginError },
     #[error("{0}")]
     Host(String),
+    /// Nothing in scope can be searched yet; the same request later will work.
+    #[error("{0}")]
+    NotReady(String),
 }
 
 /// The components a profile's stages run, resolved once per request so that a swap during
@@ -87,6 +91,21 @@ pub struct Outcome {
     pub ranked_pages: Vec<(String, u32)>,
     /// Lines the stages logged.
     pub log: Vec<String>,
+    /// Documents in scope that were not searched because their indexes are not ready yet.
+    pub not_searched: Vec<String>,
+    /// One sentence about them, when there are any.
+    pub notice: Option<String>,
+}
+
+/// The sentence that names documents left out of a search because they are still indexing.
+pub fn unindexed_notice(docs: &[DocumentRecord]) -> Option<String> {
+    let names: Vec<String> = docs.iter().take(5).map(|d| format!("{} ({})", d.title, d.id)).collect();
+    let more = if docs.len() > 5 { format!(" and {} more", docs.len() - 5) } else { String::new() };
+    match docs.len() {
+        0 => None,
+        1 => Some(format!("{} is still being indexed and was not searched; ask again when its indexing ends.", names[0])),
+        _ => Some(format!("{}{more} are still being indexed and were not searched; ask again when their indexing ends.", names.join(", "))),
+    }
 }
 
 fn brief(text: &str) -> String {
@@ -151,6 +170,12 @@ pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestH
 pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestHost>, question: &str, observer: &dyn Fn(&StageEvent)) -> Result<Outcome, PipelineError> {
     let started = Instant::now();
     let p = &profile.profile;
+    if host.documents().is_empty() && !host.unindexed().is_empty() {
+        return Err(PipelineError::NotReady(format!(
+            "none of the {} documents in scope is indexed yet; ask again when indexing ends (GET /v1/jobs/ID shows its progress) or run `evident index`",
+            host.unindexed().len()
+        )));
+    }
     let doc_ids: Vec<String> = host.documents().iter().map(|d| d.id.clone()).collect();
     let ctx = |kind: StageKind| StageContext { question: question.to_string(), documents: doc_ids.clone(), params: p.params(kind) };
     let dyn_host: Arc<dyn StageHost> = host.clone();
@@ -235,6 +260,8 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
         trace,
         ranked_pages,
         log: host.take_log(),
+        not_searched: host.unindexed().iter().map(|d| d.id.clone()).collect(),
+        notice: unindexed_notice(host.unindexed()),
     })
 }
 

@@ -11,7 +11,7 @@ use crate::generate::{GenerateRequest, Generator, ImagePart, Message, PromptCach
 use crate::models::TextEncoder;
 use crate::plugins::StageHost;
 use crate::plugins::types::{self, Candidate, PageRef};
-use crate::retrieval::{LexicalIndex, MaxSimBackend, Ranker, SearchMode};
+use crate::retrieval::{LexicalIndex, MaxSimBackend, Ranker, SearchMode, needs_index};
 use crate::store::{DocumentRecord, Store};
 
 /// Lines of stage log kept per request.
@@ -35,8 +35,11 @@ pub struct Services {
 /// The host side of one request: its scope, its seeded random source and its counters.
 pub struct RequestHost {
     services: Arc<Services>,
-    /// Documents in scope (all stored ones when the request names none).
+    /// Documents in scope (all stored ones when the request names none) whose indexes are
+    /// ready.
     docs: Vec<DocumentRecord>,
+    /// Documents in scope still waiting for their indexes: not searched, named in the answer.
+    unindexed: Vec<DocumentRecord>,
     rng: Mutex<StdRng>,
     pub llm_calls: AtomicU64,
     pub prompt_tokens: AtomicU64,
@@ -50,12 +53,15 @@ pub struct RequestHost {
 }
 
 impl RequestHost {
-    /// A request over `docs` with random draws seeded by `seed`.
+    /// A request over `docs` with random draws seeded by `seed`; those whose indexes are not
+    /// ready yet (an upload still indexing, a run that was stopped) are set aside.
     pub fn new(services: Arc<Services>, docs: Vec<DocumentRecord>, seed: u64) -> RequestHost {
+        let (docs, unindexed) = docs.into_iter().partition(|d| matches!(needs_index(&services.store, d), Ok(false)));
         RequestHost {
             prompts: PromptCache::new(services.prompt_cache_bytes),
             services,
             docs,
+            unindexed,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             llm_calls: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
@@ -77,6 +83,11 @@ impl RequestHost {
     /// The documents in scope.
     pub fn documents(&self) -> &[DocumentRecord] {
         &self.docs
+    }
+
+    /// Documents in scope that were set aside because their indexes are not ready.
+    pub fn unindexed(&self) -> &[DocumentRecord] {
+        &self.unindexed
     }
 
     /// A document in scope by id.

@@ -78,7 +78,7 @@ pub async fn install_plugin(State(state): State<Arc<AppState>>, Query(q): Query<
     let record = tokio::task::spawn_blocking(move || s.registry.install(&body, &name, &version, kind)).await.map_err(join_err)?;
     // A component the host refuses is the client's mistake, not the server's.
     let record = record.map_err(|e| match e {
-        PipelineError::Stage { .. } | PipelineError::Host(_) | PipelineError::Profile(_) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        PipelineError::Stage { .. } | PipelineError::Host(_) | PipelineError::Profile(_) | PipelineError::NotReady(_) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     })?;
     Ok((StatusCode::CREATED, Json(json!({ "plugin": record }))).into_response())
 }

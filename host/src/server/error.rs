@@ -82,6 +82,7 @@ impl From<PipelineError> for ApiError {
         let status = match e {
             PipelineError::Profile(_) => StatusCode::BAD_REQUEST,
             PipelineError::Stage { .. } | PipelineError::Host(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            PipelineError::NotReady(_) => StatusCode::CONFLICT,
         };
         ApiError::new(status, e.to_string())
     }

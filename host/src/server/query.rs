@@ -68,6 +68,12 @@ pub struct QueryResponse {
     pub completion_tokens: u64,
     /// Of `prompt_tokens`, those read from an earlier prompt's cache instead of computed.
     pub reused_tokens: u64,
+    /// Documents in scope not searched because they are still being indexed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_searched: Vec<String>,
+    /// One sentence about them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<Vec<TraceStep>>,
 }
@@ -98,6 +104,8 @@ impl QueryResponse {
             prompt_tokens: o.prompt_tokens,
             completion_tokens: o.completion_tokens,
             reused_tokens: o.reused_tokens,
+            not_searched: o.not_searched,
+            notice: o.notice,
             trace: trace.then_some(o.trace),
         }
     }
