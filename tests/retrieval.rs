@@ -110,3 +110,28 @@ fn eval_scores_the_benchmark_questions_of_ingested_documents() {
         assert!(recall5 > 0.3, "{mode}: recall@5 {recall5}");
     }
 }
+
+#[test]
+fn an_ingest_killed_while_indexing_is_finished_by_the_next_ingest() {
+    use std::io::{BufRead, BufReader};
+    let app = Appliance::new();
+    let paper = bench_pdf(PAPER);
+    let mut child = app
+        .command()
+        .args(["ingest", "--no-images"])
+        .arg(&paper)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("evident ingest starts");
+    let stdout = child.stdout.take().expect("stdout");
+    // Its pages are stored once "added" is printed; kill -9 while the encoder runs.
+    let added = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.starts_with("added"));
+    assert!(added, "the document was read");
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+    assert_eq!(app.docs().len(), 1, "the read document stays");
+    let out = app.ingest(&[&paper], &["--no-images"]);
+    assert!(out.contains("0 added") && out.contains("1 indexed"), "the next ingest indexes it: {out}");
+    assert_eq!(search(&app, "personality", "maxsim", &["--doc", "2303.05039v2.pdf"]).len(), 5);
+}
