@@ -316,26 +316,13 @@ fn a_second_process_gets_a_clear_sentence_while_the_store_is_busy() {
 
 /// A one-page PDF that draws a rectangle and has no text at all, like a scan.
 fn pdf_with_one_drawn_page() -> Vec<u8> {
-    let content = b"0.2 0.4 0.6 rg 100 100 400 600 re f";
     let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>".to_string(),
-        format!("<< /Length {} >>\nstream\n{}\nendstream", content.len(), String::from_utf8_lossy(content)),
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>".to_vec(),
+        common::hostile::stream_object("", b"0.2 0.4 0.6 rg 100 100 400 600 re f"),
     ];
-    let mut pdf = b"%PDF-1.7\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, body) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend(format!("{} 0 obj\n{body}\nendobj\n", i + 1).bytes());
-    }
-    let xref = pdf.len();
-    pdf.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).bytes());
-    for off in offsets {
-        pdf.extend(format!("{off:010} 00000 n \n").bytes());
-    }
-    pdf.extend(format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).bytes());
-    pdf
+    common::hostile::pdf_of_bytes(&objects, "")
 }
 
 #[test]

@@ -5,15 +5,21 @@ use std::io::Write;
 
 use rand::{Rng, SeedableRng};
 
-/// A PDF made of `objects` (numbered from 1, the first the catalog), with a correct xref table;
-/// `extra` goes between the objects and the xref (a stream, say).
+/// A PDF made of `objects` (numbered from 1, the first the catalog), with a correct xref
+/// table; `trailer_extra` goes into the trailer dictionary.
 pub fn pdf_of(objects: &[String], trailer_extra: &str) -> Vec<u8> {
+    let bodies: Vec<Vec<u8>> = objects.iter().map(|o| o.clone().into_bytes()).collect();
+    pdf_of_bytes(&bodies, trailer_extra)
+}
+
+/// [`pdf_of`] over objects given as bytes (a binary stream, say).
+pub fn pdf_of_bytes(objects: &[Vec<u8>], trailer_extra: &str) -> Vec<u8> {
     let mut out = b"%PDF-1.7\n".to_vec();
     let mut offsets = Vec::new();
     for (i, o) in objects.iter().enumerate() {
         offsets.push(out.len());
         out.extend(format!("{} 0 obj\n", i + 1).as_bytes());
-        out.extend(o.as_bytes());
+        out.extend(o);
         out.extend(b"\nendobj\n");
     }
     let xref = out.len();
@@ -22,6 +28,14 @@ pub fn pdf_of(objects: &[String], trailer_extra: &str) -> Vec<u8> {
         out.extend(format!("{o:010} 00000 n \n").as_bytes());
     }
     out.extend(format!("trailer\n<</Size {}/Root 1 0 R{trailer_extra}>>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes());
+    out
+}
+
+/// A stream object holding `data` as it is, with `dict` entries (a /Filter, say).
+pub fn stream_object(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = format!("<</Length {}{dict}>>\nstream\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend(b"\nendstream");
     out
 }
 
@@ -75,24 +89,13 @@ pub fn flate_bomb(mib: usize) -> Vec<u8> {
         z.write_all(&zeros).expect("compress");
     }
     let data = z.finish().expect("compress");
-    let mut out = b"%PDF-1.7\n".to_vec();
-    let mut offsets = Vec::new();
-    let objects = ["<</Type/Catalog/Pages 2 0 R>>", PAGES, "<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]/Contents 4 0 R>>"];
-    for (i, o) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-    }
-    offsets.push(out.len());
-    out.extend(format!("4 0 obj\n<</Length {}/Filter/FlateDecode>>\nstream\n", data.len()).as_bytes());
-    out.extend(&data);
-    out.extend(b"\nendstream\nendobj\n");
-    let xref = out.len();
-    out.extend(b"xref\n0 5\n0000000000 65535 f \n");
-    for o in offsets {
-        out.extend(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend(format!("trailer\n<</Size 5/Root 1 0 R>>\nstartxref\n{xref}\n%%EOF\n").as_bytes());
-    out
+    let objects = [
+        b"<</Type/Catalog/Pages 2 0 R>>".to_vec(),
+        PAGES.as_bytes().to_vec(),
+        b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]/Contents 4 0 R>>".to_vec(),
+        stream_object("/Filter/FlateDecode", &data),
+    ];
+    pdf_of_bytes(&objects, "")
 }
 
 /// `pdf` with `junk` bytes before its header.
