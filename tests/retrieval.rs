@@ -135,3 +135,29 @@ fn an_ingest_killed_while_indexing_is_finished_by_the_next_ingest() {
     assert!(out.contains("0 added") && out.contains("1 indexed"), "the next ingest indexes it: {out}");
     assert_eq!(search(&app, "personality", "maxsim", &["--doc", "2303.05039v2.pdf"]).len(), 5);
 }
+
+#[test]
+fn check_finds_an_index_that_disagrees_with_its_document_and_repair_mends_it() {
+    let app = indexed_appliance();
+    let consistent = app.ok(&["check"]);
+    assert!(consistent.contains("checked 2 documents") && consistent.contains("consistent"), "{consistent}");
+    let paper = app.docs().into_iter().find(|d| d["title"].as_str().is_some_and(|t| t.starts_with("Improving"))).expect("paper");
+    let id = paper["id"].as_str().expect("id").to_string();
+    {
+        // What a process killed between the two halves of a removal would leave: the store
+        // holds the document, BM25 does not; and BM25 entries of a document that is gone.
+        let lexical = evident::retrieval::LexicalIndex::open(&evident::retrieval::lexical_dir(app.data.path())).expect("lexical index");
+        lexical.remove_document(&id).expect("remove");
+        lexical.replace_document("00000000deadbeef", &[(1, "stray page".into())]).expect("stray");
+    }
+    let out = app.run(&["check"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains(&format!("problem  {id}")) && said.contains("BM25 holds 0 of its 9 pages"), "{said}");
+    assert!(said.contains("00000000deadbeef: BM25 holds pages of no stored document"), "{said}");
+    let repaired = app.ok(&["check", "--repair"]);
+    assert!(repaired.contains("2 repaired, 0 left"), "{repaired}");
+    assert!(app.ok(&["index"]).contains("1 indexed"));
+    assert!(app.ok(&["check"]).contains("consistent"));
+    assert_eq!(search(&app, "personality", "bm25", &["--doc", "2303.05039v2.pdf"]).len(), 5);
+}

@@ -35,6 +35,8 @@ enum Command {
     Rm(cli::docs::RmArgs),
     /// Bring the retrieval indexes (token vectors, BM25) up to date.
     Index(cli::search::IndexArgs),
+    /// Check that every document's pages, images, vectors and BM25 entries are whole.
+    Check(cli::check::CheckArgs),
     /// Rank pages for a question.
     Search(cli::search::SearchArgs),
     /// Measure retrieval (Recall, NDCG, MRR at K) on a benchmark's questions.
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Show(args) => cli::docs::show(&ctx, args),
         Command::Rm(args) => cli::docs::remove(&ctx, args),
         Command::Index(args) => cli::search::index(&ctx, args),
+        Command::Check(args) => cli::check::run(&ctx, args),
         Command::Search(args) => cli::search::search(&ctx, args),
         Command::Eval(args) => cli::eval::run(&ctx, args),
         Command::Ask(args) => cli::ask::run(&ctx, args),

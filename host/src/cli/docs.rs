@@ -117,8 +117,7 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
 pub fn remove(ctx: &Context, args: RmArgs) -> Result<ExitCode> {
     let store = ctx.store()?;
     let doc = store.resolve(&args.doc)?;
-    ctx.lexical()?.remove_document(&doc.id)?;
-    store.remove(&doc)?;
+    evident::server::remove_document(&store, &ctx.lexical()?, &ctx.config.data_dir, &doc).map_err(anyhow::Error::msg)?;
     println!("removed  {}  {} ({} pages)", doc.id, doc.title, doc.page_count);
     Ok(ExitCode::SUCCESS)
 }

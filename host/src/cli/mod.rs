@@ -7,6 +7,7 @@ pub mod bench_http;
 pub mod bench_maxsim;
 pub mod bench_search;
 pub mod bench_stages;
+pub mod check;
 pub mod docs;
 pub mod eval;
 pub mod eval_answers;

@@ -58,6 +58,11 @@ impl IngestProgress {
         self.pages.position()
     }
 
+    /// Pages of the current document (0 before it is opened).
+    pub fn pages_total(&self) -> u64 {
+        self.pages.length().unwrap_or(0)
+    }
+
     /// One more file finished (ingested, skipped or failed).
     pub fn file_done(&self) {
         self.files.inc(1);

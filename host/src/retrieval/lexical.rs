@@ -24,6 +24,9 @@ pub struct LexicalIndex {
     doc_field: Field,
     page_field: Field,
     text_field: Field,
+    /// Tantivy allows one writer per index: made at the first write and kept, so that the
+    /// indexer and a removal take turns at it instead of racing for the index's lock.
+    writer: std::sync::Mutex<Option<tantivy::IndexWriter>>,
 }
 
 /// Memory the index writer may use before flushing.
@@ -45,12 +48,16 @@ impl LexicalIndex {
         let directory = tantivy::directory::MmapDirectory::open(dir).map_err(|e| open_err(e.into()))?;
         let index = Index::open_or_create(directory, schema).map_err(open_err)?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(open_err)?;
-        Ok(LexicalIndex { index, reader, doc_field, page_field, text_field })
+        Ok(LexicalIndex { index, reader, doc_field, page_field, text_field, writer: std::sync::Mutex::new(None) })
     }
 
     /// Replaces everything indexed for `doc_id` with these pages (number, text).
     pub fn replace_document(&self, doc_id: &str, pages: &[(u32, String)]) -> Result<(), LexicalError> {
-        let mut writer: tantivy::IndexWriter = self.index.writer(WRITER_BYTES)?;
+        let mut kept = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut writer = match kept.take() {
+            Some(w) => w,
+            None => self.index.writer(WRITER_BYTES)?,
+        };
         writer.delete_term(Term::from_field_text(self.doc_field, doc_id));
         for (page, text) in pages {
             writer.add_document(doc!(
@@ -60,6 +67,8 @@ impl LexicalIndex {
             ))?;
         }
         writer.commit()?;
+        // Kept only after a commit: a writer dropped on an error takes its uncommitted changes with it.
+        *kept = Some(writer);
         self.reader.reload()?;
         Ok(())
     }
@@ -67,6 +76,26 @@ impl LexicalIndex {
     /// Removes a document's pages.
     pub fn remove_document(&self, doc_id: &str) -> Result<(), LexicalError> {
         self.replace_document(doc_id, &[])
+    }
+
+    /// How many pages of `doc_id` are indexed.
+    pub fn page_count(&self, doc_id: &str) -> Result<usize, LexicalError> {
+        let query = TermQuery::new(Term::from_field_text(self.doc_field, doc_id), IndexRecordOption::Basic);
+        Ok(self.reader.searcher().search(&query, &tantivy::collector::Count)?)
+    }
+
+    /// Every document id with indexed pages.
+    pub fn document_ids(&self) -> Result<std::collections::BTreeSet<String>, LexicalError> {
+        let searcher = self.reader.searcher();
+        let mut ids = std::collections::BTreeSet::new();
+        for segment in searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.doc_field)?;
+            let mut terms = inverted.terms().stream().map_err(|e| LexicalError::Index(e.into()))?;
+            while terms.advance() {
+                ids.insert(String::from_utf8_lossy(terms.key()).into_owned());
+            }
+        }
+        Ok(ids)
     }
 
     /// The `k` best pages for `query` by BM25, within `docs` when given: (doc id, page, score).

@@ -139,7 +139,13 @@ pub fn index_document_with(
     if !state.lexical {
         lexical.replace_document(&doc.id, &pages)?;
         state.lexical = true;
-        store.set_index_state(doc, &state)?;
+        if let Err(e) = store.set_index_state(doc, &state) {
+            // Removed while its pages were indexed: take its BM25 entries back out.
+            if matches!(e, StoreError::NoSuchDocument(_)) {
+                lexical.remove_document(&doc.id)?;
+            }
+            return Err(e.into());
+        }
     }
     if wants_vectors {
         // A few pages at a time, so that only their f32 vectors are held at once.

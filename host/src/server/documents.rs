@@ -105,8 +105,7 @@ pub async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
     let s = state.clone();
     let d = doc.clone();
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
-        s.services.lexical.remove_document(&d.id).map_err(|e| ApiError::internal(e.to_string()))?;
-        s.store.remove(&d)?;
+        super::remove_document(&s.store, &s.services.lexical, &s.config.data_dir, &d).map_err(ApiError::internal)?;
         s.services.vectors.forget(&d.id);
         Ok(())
     })

@@ -27,6 +27,9 @@ use crate::store::DocumentRecord;
 /// Jobs kept for `GET /v1/jobs/{id}` after they end.
 const KEPT_JOBS: usize = 1000;
 
+/// Ending of an upload being written to uploads/.
+const PART: &str = ".part";
+
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -62,6 +65,10 @@ impl Job {
         let mut v = self.view.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if v.state == JobState::Reading {
             v.pages_read = self.progress.pages_read() as u32;
+            if v.pages == 0 {
+                // A job resumed at start learns its page count when its worker opens it.
+                v.pages = self.progress.pages_total() as u32;
+            }
         }
         if v.state == JobState::Indexing {
             v.pages_indexed = self.pages_indexed.load(Ordering::Relaxed);
@@ -164,6 +171,7 @@ impl IngestJobs {
             })
             .map_err(|e| format!("cannot start the index thread: {e}"))?;
         queue_stale(&shared.services, &index_tx);
+        shared.resume_uploads();
         Ok(IngestJobs { shared })
     }
 
@@ -219,19 +227,29 @@ impl Shared {
         };
         let dir = self.uploads_dir.join(&hash[..16]);
         let path = dir.join(&name);
+        // Written under another name and renamed, so a file in uploads/ is always whole: at
+        // start, those not yet in the store are read again (an accepted upload is never lost).
+        let part = dir.join(format!("{name}{PART}"));
         std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(&path, &bytes))
+            .and_then(|()| std::fs::write(&part, &bytes))
+            .and_then(|()| std::fs::rename(&part, &path))
             .map_err(|e| ApiError::internal(format!("the upload could not be saved in {}: {e}", dir.display())))?;
+        let view = self.queue_read(name, &hash, page_count, path)?;
+        Ok(Accepted::Job(view))
+    }
+
+    /// Makes a job for a saved upload and hands it to the readers.
+    fn queue_read(&self, file_name: String, hash: &str, page_count: u32, path: PathBuf) -> Result<JobView, ApiError> {
         let id = format!("job-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
         let job = Arc::new(Job {
             view: Mutex::new(JobView {
                 id: id.clone(),
-                file_name: name,
+                file_name,
                 state: JobState::Reading,
                 pages: page_count,
                 pages_read: 0,
                 pages_indexed: 0,
-                document: crate::store::document_id(&hash),
+                document: crate::store::document_id(hash),
                 error: None,
             }),
             progress: IngestProgress::hidden(),
@@ -250,7 +268,33 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .send(ReadJob { job, path })
             .map_err(|_| ApiError::internal("the PDF readers have stopped; restart the appliance"))?;
-        Ok(Accepted::Job(view))
+        Ok(view)
+    }
+
+    /// Queues the saved uploads a stopped server had accepted but not stored, and removes
+    /// half-written ones (their uploads were never accepted).
+    fn resume_uploads(&self) {
+        let Ok(dirs) = std::fs::read_dir(&self.uploads_dir) else { return };
+        for file in dirs.flatten().filter_map(|d| std::fs::read_dir(d.path()).ok()).flatten().flatten() {
+            let path = file.path();
+            let name = file.file_name().to_string_lossy().into_owned();
+            if name.ends_with(PART) {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let hash = hex(&Sha256::digest(&bytes));
+            match self.services.store.find_by_hash(&hash) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    info!(file = %path.display(), "reading an upload accepted before the server stopped");
+                    if let Err(e) = self.queue_read(name, &hash, 0, path) {
+                        warn!("cannot resume an upload: {}", e.message);
+                    }
+                }
+                Err(e) => warn!("cannot check a saved upload against the store: {e}"),
+            }
+        }
     }
 
     fn read(&self, ReadJob { job, path }: ReadJob) {
@@ -258,7 +302,8 @@ impl Shared {
             Ok(IngestOutcome::Added { doc, .. }) | Ok(IngestOutcome::AlreadyPresent { doc }) => {
                 job.update(|v| {
                     v.state = JobState::Indexing;
-                    v.pages_read = v.pages;
+                    v.pages = doc.page_count;
+                    v.pages_read = doc.page_count;
                 });
                 let _ = self.index.lock().unwrap_or_else(|p| p.into_inner()).send(IndexJob { job: Some(job), doc });
             }
@@ -313,6 +358,24 @@ impl Shared {
             }
         }
     }
+}
+
+/// Where uploads are kept, inside the data directory.
+pub fn uploads_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("uploads")
+}
+
+/// Removes a document: its kept upload first (so that a restart cannot read it back in), then
+/// its BM25 entries, then everything the store holds for it.
+pub fn remove_document(store: &crate::store::Store, lexical: &crate::retrieval::LexicalIndex, data_dir: &std::path::Path, doc: &DocumentRecord) -> Result<(), String> {
+    let kept = uploads_dir(data_dir).join(&doc.id);
+    match std::fs::remove_dir_all(&kept) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("the kept upload {} cannot be removed: {e}", kept.display())),
+    }
+    lexical.remove_document(&doc.id).map_err(|e| e.to_string())?;
+    store.remove(doc).map_err(|e| e.to_string())
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -15,7 +15,7 @@ mod web;
 
 pub use error::ApiError;
 pub use gate::RunGate;
-pub use jobs::{IngestJobs, JobView};
+pub use jobs::{IngestJobs, JobView, remove_document, uploads_dir};
 pub use metrics::Metrics;
 
 use std::net::SocketAddr;
@@ -69,7 +69,7 @@ impl AppState {
         };
         let limits = ReadLimits::from_config(&config.ingest);
         let worker = PdfWorker::current_exe(config.pdfium_library.clone(), limits).map_err(|e| ServeError::Setup(format!("PDF reading does not work: {e}")))?;
-        let jobs = IngestJobs::start(services.clone(), worker, config.data_dir.join("uploads"), options, metrics.clone(), config.ingest.parallel_reads)
+        let jobs = IngestJobs::start(services.clone(), worker, uploads_dir(&config.data_dir), options, metrics.clone(), config.ingest.parallel_reads)
             .map_err(ServeError::Setup)?;
         Ok(AppState { store: services.store.clone(), config, services, registry, tokens, gate, jobs: Arc::new(jobs), metrics })
     }

@@ -4,9 +4,11 @@
 //! Everything about one document is written in one write transaction, so a document is either
 //! wholly in the store or not at all, even if the process is killed half-way.
 
+mod check;
 mod model;
 mod plugins;
 
+pub use check::{DocumentCheck, StoreCheck};
 pub use plugins::PluginRecord;
 pub use model::{Block, BoundingBox, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
 
@@ -223,9 +225,14 @@ impl Store {
     }
 
     /// Records what retrieval has indexed of a document.
+    /// Fails with `NoSuchDocument` when the document was removed meanwhile, so that an index
+    /// finished after a removal leaves nothing behind.
     pub fn set_index_state(&self, doc: &DocumentRecord, state: &IndexState) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
+            if txn.open_table(DOCUMENTS)?.get(doc.id.as_str())?.is_none() {
+                return Err(StoreError::NoSuchDocument(doc.id.clone()));
+            }
             let bytes = postcard::to_stdvec(state)?;
             txn.open_table(INDEX_STATE)?.insert(doc.id.as_str(), bytes.as_slice())?;
         }
@@ -233,10 +240,14 @@ impl Store {
         Ok(())
     }
 
-    /// Stores every page's token vectors (f16) and the new index state, in one transaction.
+    /// Stores every page's token vectors (f16) and the new index state, in one transaction;
+    /// `NoSuchDocument` when the document was removed meanwhile.
     pub fn put_page_vectors(&self, doc: &DocumentRecord, pages: &[(u32, Vec<half::f16>)], state: &IndexState) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
+            if txn.open_table(DOCUMENTS)?.get(doc.id.as_str())?.is_none() {
+                return Err(StoreError::NoSuchDocument(doc.id.clone()));
+            }
             let mut table = txn.open_table(PAGE_VECTORS)?;
             table.extract_from_if((doc.id.as_str(), 0)..=(doc.id.as_str(), u32::MAX), |_, _| true)?.for_each(drop);
             for (page, vectors) in pages {
@@ -272,9 +283,14 @@ impl Store {
 
     /// Removes a document and everything stored for it, in one transaction.
     pub fn remove(&self, doc: &DocumentRecord) -> Result<(), StoreError> {
+        self.remove_id(&doc.id)
+    }
+
+    /// Removes everything stored under a document id, with or without its record (an orphan
+    /// that [`Store::check`] found, say).
+    pub fn remove_id(&self, id: &str) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
-            let id = doc.id.as_str();
             txn.open_table(DOCUMENTS)?.remove(id)?;
             txn.open_table(OUTLINES)?.remove(id)?;
             txn.open_table(INDEX_STATE)?.remove(id)?;
