@@ -326,6 +326,29 @@ fn pdf_with_one_drawn_page() -> Vec<u8> {
 }
 
 #[test]
+fn a_truncated_pdf_is_rebuilt_where_pdfium_can_and_an_unreadable_page_is_named() {
+    let app = Appliance::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let whole = std::fs::read(bench_pdf(PAPER)).expect("read");
+    // The last 1% gone (the end-of-file marker with it): PDFium rebuilds the rest.
+    let cut = dir.path().join("cut.pdf");
+    std::fs::write(&cut, &whole[..whole.len() * 99 / 100]).expect("write");
+    let looped = dir.path().join("looped.pdf");
+    std::fs::write(&looped, common::hostile::page_tree_loop()).expect("write");
+    let out = app.ingest(&[&cut, &looped], &["--no-index"]);
+    assert!(out.contains("cut.pdf (9 pages; it was truncated and PDFium rebuilt what was there"), "{out}");
+    assert!(out.contains("looped.pdf (2 pages") && out.contains("1 unreadable and kept empty: page 2"), "{out}");
+    let show = |name: &str| -> serde_json::Value { serde_json::from_str(&app.ok(&["show", name, "--json"])).expect("show JSON") };
+    assert_eq!(show("cut.pdf")["damage"], serde_json::json!({ "truncated": true, "lost_pages": [] }));
+    assert_eq!(show("looped.pdf")["damage"], serde_json::json!({ "truncated": false, "lost_pages": [2] }));
+    assert!(page_text(&app.page("cut.pdf", 1)).contains("Improving Recommendation"));
+    assert!(blocks(&app.page("looped.pdf", 2)).is_empty(), "a lost page is kept empty");
+    assert!(app.ok(&["show", "cut.pdf"]).contains("damaged: it was truncated"));
+    // A lost page has no image, and the check knows it.
+    assert!(app.ok(&["check"]).contains("consistent"));
+}
+
+#[test]
 fn hostile_pdfs_end_in_a_document_or_a_sentence_within_their_deadlines() {
     let app = Appliance::new();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -390,5 +413,34 @@ fn hostile_pdfs_end_in_a_document_or_a_sentence_within_their_deadlines() {
         for n in 1..=pages.min(3) {
             app.page(id, n);
         }
+    }
+}
+
+#[test]
+fn page_counts_and_page_images_are_bounded() {
+    let app = Appliance::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("bounds.toml");
+    std::fs::write(&config, "[ingest]\nmax_pages = 5\npage_image_max_px = 300\n").expect("config");
+    let out = app.command().arg("--config").arg(&config).args(["ingest", "--no-index"]).arg(bench_pdf(PAPER)).output().expect("runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && said.contains("has 9 pages, more than the 5 a document may have (max_pages in [ingest])"), "{said}");
+    // The largest page PDF allows, and a sliver: each image's longer side is the configured one.
+    let pages = [("huge", "[0 0 14400 14400]"), ("sliver", "[0 0 3 14400]")];
+    for (name, media_box) in pages {
+        let pdf = common::hostile::pdf_of(
+            &["<</Type/Catalog/Pages 2 0 R>>".into(), "<</Type/Pages/Kids[3 0 R]/Count 1>>".into(), format!("<</Type/Page/Parent 2 0 R/MediaBox{media_box}>>")],
+            "",
+        );
+        let path = dir.path().join(format!("{name}.pdf"));
+        std::fs::write(&path, pdf).expect("write");
+        let out = app.command().arg("--config").arg(&config).args(["ingest", "--no-index"]).arg(&path).output().expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        let png = dir.path().join(format!("{name}.png"));
+        app.ok(&["show", &format!("{name}.pdf"), "--page", "1", "--image", png.to_str().expect("path")]);
+        let bytes = std::fs::read(&png).expect("png");
+        let (w, h) = (u32::from_be_bytes(bytes[16..20].try_into().expect("width")), u32::from_be_bytes(bytes[20..24].try_into().expect("height")));
+        assert_eq!(w.max(h), 300, "{name}: {w} x {h}");
+        assert!(w >= 1 && h >= 1);
     }
 }

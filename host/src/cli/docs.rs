@@ -67,11 +67,15 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
     let doc = store.resolve(&args.doc)?;
     let Some(number) = args.page else {
         let outline = store.outline(&doc)?;
+        let damage = store.damage(&doc)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&json!({ "document": doc, "outline": outline }))?);
+            println!("{}", serde_json::to_string_pretty(&json!({ "document": doc, "outline": outline, "damage": damage }))?);
         } else {
             println!("{} ({})\n  {} pages, from {}", doc.title, doc.id, doc.page_count, doc.source_path);
             println!("  sha256 {}", doc.content_hash);
+            if !damage.is_empty() {
+                println!("  damaged{}", super::ingest::damage_note(&damage).replacen(';', ":", 1));
+            }
             if doc.pages_without_text > 0 {
                 println!("  {} pages have no text layer", doc.pages_without_text);
             }

@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     let mut to_index = Vec::new();
     for path in &files {
         match ingest_file(&store, &worker, path, &options, &progress) {
-            Ok(IngestOutcome::Added { doc, seconds }) => {
+            Ok(IngestOutcome::Added { doc, damage, seconds }) => {
                 added += 1;
                 pages += u64::from(doc.page_count);
                 to_index.push(doc.clone());
@@ -54,8 +54,11 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
                     String::new()
                 };
                 progress.println(&format!(
-                    "added    {}  {} ({} pages{scanned}, {seconds:.1} s)",
-                    doc.id, path.display(), doc.page_count
+                    "added    {}  {} ({} pages{scanned}{}, {seconds:.1} s)",
+                    doc.id,
+                    path.display(),
+                    doc.page_count,
+                    damage_note(&damage)
                 ));
             }
             Ok(IngestOutcome::AlreadyPresent { doc }) => {
@@ -79,4 +82,18 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
         super::search::run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &to_index)?;
     }
     Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// What a damaged file lost, for the line that reports it (empty for a whole file).
+pub fn damage_note(damage: &evident::store::DamageRecord) -> String {
+    let mut note = String::new();
+    if damage.truncated {
+        note.push_str("; it was truncated and PDFium rebuilt what was there");
+    }
+    if !damage.lost_pages.is_empty() {
+        let pages: Vec<String> = damage.lost_pages.iter().take(20).map(u32::to_string).collect();
+        let more = if damage.lost_pages.len() > 20 { " ..." } else { "" };
+        note.push_str(&format!("; {} unreadable and kept empty: page {}{more}", damage.lost_pages.len(), pages.join(", ")));
+    }
+    note
 }

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 use tracing::debug;
 
-use crate::store::{DocumentRecord, Store, StoreError};
+use crate::store::{DamageRecord, DocumentRecord, PageRecord, Store, StoreError};
 
 /// Why one file was not ingested.
 #[derive(Debug, Error)]
@@ -43,8 +43,8 @@ pub struct IngestOptions {
 /// What happened to one file.
 #[derive(Debug)]
 pub enum IngestOutcome {
-    /// Stored as a new document.
-    Added { doc: DocumentRecord, seconds: f64 },
+    /// Stored as a new document; `damage` says what could not be recovered.
+    Added { doc: DocumentRecord, damage: DamageRecord, seconds: f64 },
     /// The same bytes were already in the store.
     AlreadyPresent { doc: DocumentRecord },
 }
@@ -98,10 +98,23 @@ pub fn ingest_file(
     progress.start_document(path, page_count);
 
     let mut pages = Vec::with_capacity(page_count as usize);
+    let mut damage = DamageRecord { truncated: pdf.truncated(), lost_pages: Vec::new() };
     for number in 1..=page_count {
-        pages.push(pdf.read_page(number, options.image_max_px).map_err(pdf_err)?);
+        match pdf.read_page(number, options.image_max_px) {
+            Ok(page) => pages.push(page),
+            // Best effort, as PDF readers do: the page is kept empty and named as lost. A
+            // deadline or a crash still ends the document, since its worker is gone.
+            Err(PdfError::Page { .. } | PdfError::Render { .. }) => {
+                damage.lost_pages.push(number);
+                pages.push((PageRecord { number, width: 0.0, height: 0.0, has_text_layer: false, blocks: Vec::new() }, None));
+            }
+            Err(e) => return Err(pdf_err(e)),
+        }
         debug!(path = %path.display(), "page {number}/{page_count} read");
         progress.page_done();
+    }
+    if damage.lost_pages.len() == page_count as usize {
+        return Err(pdf_err(PdfError::NoReadablePage { count: page_count }));
     }
     let title = pdf.title().unwrap_or_else(|| {
         path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
@@ -113,7 +126,7 @@ pub fn ingest_file(
     for (page, image) in &pages {
         writer.put_page(page, image.as_deref()).map_err(store_err)?;
     }
-    let pages_without_text = pages.iter().filter(|(p, _)| !p.has_text_layer).count() as u32;
+    let pages_without_text = pages.iter().filter(|(p, _)| !p.has_text_layer).count() as u32 - damage.lost_pages.len() as u32;
     let doc = DocumentRecord {
         id: writer.id().to_string(),
         content_hash,
@@ -124,8 +137,8 @@ pub fn ingest_file(
         pages_without_text,
         has_page_images: options.image_max_px.is_some(),
     };
-    writer.commit(&doc, &outline).map_err(store_err)?;
-    Ok(IngestOutcome::Added { doc, seconds: started.elapsed().as_secs_f64() })
+    writer.commit(&doc, &outline, &damage).map_err(store_err)?;
+    Ok(IngestOutcome::Added { doc, damage, seconds: started.elapsed().as_secs_f64() })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -18,7 +18,7 @@ pub enum PdfError {
     Empty,
     #[error("is not a PDF file (it does not start with %PDF)")]
     NotPdf,
-    #[error("is truncated: it has no end-of-file marker (%%EOF), so the copy is incomplete")]
+    #[error("is truncated: it has no end-of-file marker (%%EOF), and PDFium cannot rebuild it from what is there")]
     Truncated,
     #[error("is encrypted; give its password with --password")]
     NeedsPassword,
@@ -36,6 +36,8 @@ pub enum PdfError {
     Crashed { signal: String, memory_mib: u64 },
     #[error("has no page PDFium can find; it may be damaged")]
     NoPages,
+    #[error("has {count} pages and PDFium can read none of them; it may be damaged")]
+    NoReadablePage { count: u32 },
     #[error("has {count} pages, more than the {limit} a document may have (max_pages in [ingest])")]
     TooManyPages { count: u32, limit: u32 },
     #[error("could not be read because the PDF worker failed: {0}")]
@@ -50,6 +52,7 @@ pub struct PdfReader {
 /// A document opened for reading.
 pub struct OpenPdf<'a> {
     doc: PdfDocument<'a>,
+    truncated: bool,
 }
 
 impl PdfReader {
@@ -62,20 +65,21 @@ impl PdfReader {
         Ok(PdfReader { pdfium: Pdfium::new(bindings) })
     }
 
-    /// Opens a PDF from its bytes. Checks the header and the end-of-file marker first, since
-    /// PDFium quietly rebuilds a truncated file and would ingest part of it.
+    /// Opens a PDF from its bytes. A file without its end-of-file marker is handed to
+    /// PDFium's repair, which rebuilds what it can; [`OpenPdf::truncated`] then says so.
     pub fn open<'a>(&'a self, bytes: &'a [u8], password: Option<&str>) -> Result<OpenPdf<'a>, PdfError> {
-        check_envelope(bytes)?;
+        let truncated = check_envelope(bytes)?;
         let doc = self.pdfium.load_pdf_from_byte_slice(bytes, password).map_err(|e| match e {
             PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::PasswordError) => {
                 if password.is_some() { PdfError::WrongPassword } else { PdfError::NeedsPassword }
             }
+            _ if truncated => PdfError::Truncated,
             PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FormatError) => {
                 PdfError::Damaged("its structure is invalid".into())
             }
             other => PdfError::Damaged(pdfium_reason(&other)),
         })?;
-        Ok(OpenPdf { doc })
+        Ok(OpenPdf { doc, truncated })
     }
 }
 
@@ -90,8 +94,9 @@ fn pdfium_reason(e: &PdfiumError) -> String {
     }
 }
 
-/// A PDF starts with `%PDF` (within its first KiB) and ends with `%%EOF` (within its last KiB).
-fn check_envelope(bytes: &[u8]) -> Result<(), PdfError> {
+/// A PDF starts with `%PDF` (within its first KiB) and ends with `%%EOF` (within its last KiB);
+/// returns whether the end is missing (a truncated copy).
+fn check_envelope(bytes: &[u8]) -> Result<bool, PdfError> {
     if bytes.is_empty() {
         return Err(PdfError::Empty);
     }
@@ -100,10 +105,7 @@ fn check_envelope(bytes: &[u8]) -> Result<(), PdfError> {
         return Err(PdfError::NotPdf);
     }
     let tail = &bytes[bytes.len().saturating_sub(1024)..];
-    if !contains(tail, b"%%EOF") {
-        return Err(PdfError::Truncated);
-    }
-    Ok(())
+    Ok(!contains(tail, b"%%EOF"))
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -116,6 +118,11 @@ const MAX_OUTLINE_DEPTH: u32 = 16;
 const MAX_OUTLINE_ENTRIES: usize = 20_000;
 
 impl OpenPdf<'_> {
+    /// Whether the file lacked its end and PDFium rebuilt it.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
     /// Number of pages.
     pub fn page_count(&self) -> u32 {
         u32::try_from(self.doc.pages().len()).unwrap_or(0)

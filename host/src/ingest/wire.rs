@@ -19,7 +19,7 @@ pub enum Request {
 /// From the worker: one answer per request.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
-    Opened { page_count: u32, title: Option<String>, outline: Vec<OutlineEntry> },
+    Opened { page_count: u32, title: Option<String>, outline: Vec<OutlineEntry>, truncated: bool },
     Page { page: PageRecord, image: Option<Vec<u8>> },
     Failed(PdfError),
 }

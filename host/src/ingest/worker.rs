@@ -109,10 +109,11 @@ impl PdfWorker {
             page_count: 0,
             title: None,
             outline: Vec::new(),
+            truncated: false,
         };
         let request = Request::Open { bytes: bytes.to_vec(), password: password.map(str::to_string) };
         match doc.call(&request, self.limits.open, "to open")? {
-            Reply::Opened { page_count, title, outline } => {
+            Reply::Opened { page_count, title, outline, truncated } => {
                 if page_count == 0 {
                     return Err(PdfError::NoPages);
                 }
@@ -122,6 +123,7 @@ impl PdfWorker {
                 doc.page_count = page_count;
                 doc.title = title;
                 doc.outline = outline;
+                doc.truncated = truncated;
                 Ok(doc)
             }
             other => Err(unexpected(&other)),
@@ -165,9 +167,15 @@ pub struct WorkerDocument {
     page_count: u32,
     title: Option<String>,
     outline: Vec<OutlineEntry>,
+    truncated: bool,
 }
 
 impl WorkerDocument {
+    /// Whether the file lacked its end and PDFium rebuilt it.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
     /// Number of pages.
     pub fn page_count(&self) -> u32 {
         self.page_count
@@ -277,7 +285,7 @@ pub fn serve_worker(library: &Path) -> std::io::Result<()> {
         Ok(pdf) => pdf,
         Err(e) => return write_frame(&mut output, &Reply::Failed(e)),
     };
-    write_frame(&mut output, &Reply::Opened { page_count: pdf.page_count(), title: pdf.title(), outline: pdf.outline() })?;
+    write_frame(&mut output, &Reply::Opened { page_count: pdf.page_count(), title: pdf.title(), outline: pdf.outline(), truncated: pdf.truncated() })?;
     while let Some(request) = read_frame::<Request>(&mut input)? {
         let reply = match request {
             Request::Page { number, image_max_px } => match pdf.read_page(number, image_max_px) {

@@ -28,11 +28,18 @@ pub struct DocumentView {
     pub ingested_at: u64,
     /// Token vectors and BM25 are both current: the document answers questions fully.
     pub indexed: bool,
+    /// The file had no end-of-file marker and PDFium rebuilt what was there.
+    pub truncated: bool,
+    /// Pages PDFium could not read, kept empty.
+    pub lost_pages: Vec<u32>,
 }
 
 fn view(state: &AppState, d: &DocumentRecord) -> Result<DocumentView, ApiError> {
     let index = state.store.index_state(d)?;
+    let damage = state.store.damage(d)?;
     Ok(DocumentView {
+        truncated: damage.truncated,
+        lost_pages: damage.lost_pages,
         id: d.id.clone(),
         title: d.title.clone(),
         file_name: d.source_path.rsplit('/').next().unwrap_or_default().to_string(),

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::{DOCUMENTS, INDEX_STATE, OUTLINES, PAGE_IMAGES, PAGE_VECTORS, PAGES, Store, StoreError};
-use super::model::{DocumentRecord, IndexState, OutlineEntry, PageRecord};
+use super::{DAMAGE, DOCUMENTS, INDEX_STATE, OUTLINES, PAGE_IMAGES, PAGE_VECTORS, PAGES, Store, StoreError};
+use super::model::{DamageRecord, DocumentRecord, IndexState, OutlineEntry, PageRecord};
 
 /// What the check found for one document.
 #[derive(Debug)]
@@ -40,6 +40,7 @@ impl Store {
         let vectors = txn.open_table(PAGE_VECTORS)?;
         let outlines = txn.open_table(OUTLINES)?;
         let states = txn.open_table(INDEX_STATE)?;
+        let damage = txn.open_table(DAMAGE)?;
         let mut out = StoreCheck::default();
         let mut known = BTreeSet::new();
         for entry in documents.iter()? {
@@ -66,8 +67,19 @@ impl Store {
             if stored_pages != doc.page_count {
                 problems.push(format!("{stored_pages} pages are stored of {}", doc.page_count));
             }
+            let lost = match damage.get(key)? {
+                Some(bytes) => match postcard::from_bytes::<DamageRecord>(bytes.value()) {
+                    Ok(d) => d.lost_pages.len() as u32,
+                    Err(_) => {
+                        problems.push("its record of lost pages cannot be read back".into());
+                        0
+                    }
+                },
+                None => 0,
+            };
             if doc.has_page_images {
-                let stored = images.range((key, 0)..=(key, u32::MAX))?.count() as u32;
+                // A lost page is stored without an image.
+                let stored = images.range((key, 0)..=(key, u32::MAX))?.count() as u32 + lost;
                 if stored != doc.page_count {
                     problems.push(format!("{stored} page images are stored of {}", doc.page_count));
                 }
@@ -97,7 +109,7 @@ impl Store {
                 }
             }
         }
-        for table in [&outlines, &states] {
+        for table in [&outlines, &states, &damage] {
             for entry in table.iter()? {
                 let (k, _) = entry?;
                 if !known.contains(k.value()) {

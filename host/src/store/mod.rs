@@ -10,7 +10,7 @@ mod plugins;
 
 pub use check::{DocumentCheck, StoreCheck};
 pub use plugins::PluginRecord;
-pub use model::{Block, BoundingBox, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
+pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +24,8 @@ const OUTLINES: TableDefinition<&str, &[u8]> = TableDefinition::new("outlines");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Per-token vectors of a page: f16 little-endian, token after token.
 const PAGE_VECTORS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_vectors");
+/// What a damaged document lost (an encoded [`DamageRecord`]); absent for whole files.
+const DAMAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("damage");
 /// What retrieval has indexed of a document (an encoded [`IndexState`]).
 const INDEX_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("index_state");
 
@@ -120,6 +122,7 @@ impl Store {
             txn.open_table(OUTLINES)?;
             txn.open_table(PAGE_VECTORS)?;
             txn.open_table(INDEX_STATE)?;
+            txn.open_table(DAMAGE)?;
             txn.open_table(plugins::PLUGINS)?;
             txn.open_table(plugins::PLUGIN_WASM)?;
             txn.open_table(plugins::STAGE_BINDINGS)?;
@@ -214,6 +217,16 @@ impl Store {
         }
     }
 
+    /// What reading the document could not recover (empty for a whole file).
+    pub fn damage(&self, doc: &DocumentRecord) -> Result<DamageRecord, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(DAMAGE)?;
+        match table.get(doc.id.as_str())? {
+            Some(bytes) => Ok(postcard::from_bytes(bytes.value())?),
+            None => Ok(DamageRecord::default()),
+        }
+    }
+
     /// What retrieval has indexed of a document.
     pub fn index_state(&self, doc: &DocumentRecord) -> Result<IndexState, StoreError> {
         let txn = self.db.begin_read()?;
@@ -294,6 +307,7 @@ impl Store {
             txn.open_table(DOCUMENTS)?.remove(id)?;
             txn.open_table(OUTLINES)?.remove(id)?;
             txn.open_table(INDEX_STATE)?.remove(id)?;
+            txn.open_table(DAMAGE)?.remove(id)?;
             // Pages may exceed page_count if a record was damaged; sweep the whole key range.
             for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS] {
                 txn.open_table(table)?.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
@@ -320,11 +334,19 @@ impl DocumentWriter {
         Ok(())
     }
 
-    /// Writes the outline and the document record, then commits everything at once.
-    pub fn commit(self, record: &DocumentRecord, outline: &[OutlineEntry]) -> Result<(), StoreError> {
+    /// Writes the outline, what was lost (if anything) and the document record, then commits
+    /// everything at once.
+    pub fn commit(self, record: &DocumentRecord, outline: &[OutlineEntry], damage: &DamageRecord) -> Result<(), StoreError> {
         {
             let outline = postcard::to_stdvec(outline)?;
             self.txn.open_table(OUTLINES)?.insert(self.id.as_str(), outline.as_slice())?;
+            let mut damaged = self.txn.open_table(DAMAGE)?;
+            if damage.is_empty() {
+                damaged.remove(self.id.as_str())?;
+            } else {
+                damaged.insert(self.id.as_str(), postcard::to_stdvec(damage)?.as_slice())?;
+            }
+            drop(damaged);
             let record = postcard::to_stdvec(record)?;
             self.txn.open_table(DOCUMENTS)?.insert(self.id.as_str(), record.as_slice())?;
         }

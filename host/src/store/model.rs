@@ -142,6 +142,23 @@ pub struct DocumentRecord {
     pub has_page_images: bool,
 }
 
+/// What reading a damaged document could not recover: kept beside its record, empty for a
+/// whole file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DamageRecord {
+    /// The file had no end-of-file marker and PDFium rebuilt what was there.
+    pub truncated: bool,
+    /// Pages PDFium could not read; each is stored empty (no text, no image).
+    pub lost_pages: Vec<u32>,
+}
+
+impl DamageRecord {
+    /// Whether anything was lost or rebuilt.
+    pub fn is_empty(&self) -> bool {
+        !self.truncated && self.lost_pages.is_empty()
+    }
+}
+
 /// What retrieval has indexed of a document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct IndexState {
