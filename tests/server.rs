@@ -89,15 +89,26 @@ impl Server {
 
     /// `evident serve` on `app`'s store with `config`, once it listens: (process, base URL).
     fn spawn(app: &common::Appliance, config: &Path) -> (Child, String) {
-        let mut child = app
-            .command()
-            .arg("--config")
-            .arg(config)
-            .args(["serve", "--addr", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("evident serve starts");
+        Server::spawn_logged(app, config, None)
+    }
+
+    /// [`Server::spawn`]; with `log`, every log line at debug level and all of stdout go to
+    /// that file.
+    fn spawn_logged(app: &common::Appliance, config: &Path, log: Option<&Path>) -> (Child, String) {
+        let mut cmd = app.command();
+        cmd.arg("--config").arg(config).args(["serve", "--addr", "127.0.0.1:0"]).stdout(Stdio::piped());
+        let mut copy = None;
+        match log {
+            Some(path) => {
+                let file = std::fs::File::create(path).expect("log file");
+                copy = Some(file.try_clone().expect("log file"));
+                cmd.env("EVIDENT_LOG", "debug").stderr(file);
+            }
+            None => {
+                cmd.stderr(Stdio::inherit());
+            }
+        }
+        let mut child = cmd.spawn().expect("evident serve starts");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let url = loop {
@@ -107,7 +118,14 @@ impl Server {
             }
         };
         // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(f) = copy.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{line}");
+                }
+            }
+        });
         (child, url)
     }
 
@@ -355,6 +373,27 @@ fn a_server_killed_at_random_points_of_uploads_and_indexing_loses_nothing_it_acc
     assert!(check.contains(&format!("checked {} documents", accepted.len())) && check.contains("consistent"), "{check}");
     eprintln!("SIGKILL at {rounds} random points ({interrupted} with uploads still reading or indexing): {} uploads kept, {} removals kept, 0 lost, 0 inconsistent", accepted.len(), removed.len());
     assert!(interrupted >= 3, "the kills fell where uploads were in flight ({interrupted} times)");
+}
+
+#[test]
+fn tokens_never_reach_the_logs() {
+    let mut s = Server::start(&[SMALL], "");
+    s.kill_hard();
+    let log = s._dir.path().join("server.log");
+    let (child, url) = Server::spawn_logged(&s.app, &s.config, Some(&log));
+    s.child = child;
+    s.url = url;
+    let wrong = "a-wrong-token-that-must-not-be-logged";
+    s.get("/v1/documents", Some(READ)).expect(200, "read token");
+    s.get("/v1/documents", Some(wrong)).expect(401, "wrong token");
+    s.upload(READ, "x.pdf", b"%PDF-1.7\n%%EOF\n").expect(403, "read token uploads");
+    s.ask(json!({ "question": "PepsiCo shareholder vote" })).expect(200, "question");
+    s.kill_hard();
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.lines().count() > 5, "the server logged at debug level: {text}");
+    for token in [ADMIN, READ, wrong] {
+        assert!(!text.contains(token), "{token} appears in the log:\n{text}");
+    }
 }
 
 fn is_png(bytes: &[u8]) -> bool {
