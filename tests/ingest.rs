@@ -349,6 +349,23 @@ fn a_truncated_pdf_is_rebuilt_where_pdfium_can_and_an_unreadable_page_is_named()
 }
 
 #[test]
+fn a_page_that_crashes_pdfium_is_lost_alone_and_a_fresh_worker_reads_the_rest() {
+    let app = Appliance::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.toml");
+    std::fs::write(&config, "[ingest]\nworker_memory_mib = 1024\n").expect("config");
+    let pdf = dir.path().join("one-bad-page.pdf");
+    std::fs::write(&pdf, common::hostile::bomb_on_page_two(1536)).expect("write");
+    let out = app.command().arg("--config").arg(&config).args(["ingest", "--no-index"]).arg(&pdf).output().expect("runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("(3 pages") && said.contains("1 unreadable and kept empty: page 2"), "{said}");
+    assert!(page_text(&app.page("one-bad-page.pdf", 1)).contains("Page one"));
+    assert!(blocks(&app.page("one-bad-page.pdf", 2)).is_empty());
+    assert!(page_text(&app.page("one-bad-page.pdf", 3)).contains("Page three"), "the page after the crash is read by a fresh worker");
+}
+
+#[test]
 fn hostile_pdfs_end_in_a_document_or_a_sentence_within_their_deadlines() {
     let app = Appliance::new();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -57,6 +57,31 @@ pub fn shared_form_fields(depth: usize) -> Vec<u8> {
     pdf_of(&objects, "")
 }
 
+/// Three pages with a line of text each, the second also drawing a content stream that
+/// inflates to `mib` MiB: one hostile page in an otherwise readable document.
+pub fn bomb_on_page_two(mib: usize) -> Vec<u8> {
+    let mut objects: Vec<Vec<u8>> = vec![b"<</Type/Catalog/Pages 2 0 R>>".to_vec(), b"<</Type/Pages/Kids[3 0 R 4 0 R 5 0 R]/Count 3>>".to_vec()];
+    for contents in ["6 0 R", "[7 0 R 10 0 R]", "8 0 R"] {
+        objects.push(format!("<</Type/Page/Parent 2 0 R/MediaBox[0 0 300 300]/Resources<</Font<</F1 9 0 R>>>>/Contents {contents}>>").into_bytes());
+    }
+    for word in ["one", "two", "three"] {
+        objects.push(stream_object("", format!("BT /F1 18 Tf 40 150 Td (Page {word}) Tj ET").as_bytes()));
+    }
+    objects.push(b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>".to_vec());
+    objects.push(stream_object("/Filter/FlateDecode", &zeros_deflated(mib)));
+    pdf_of_bytes(&objects, "")
+}
+
+/// `mib` MiB of zeros, zlib-compressed (about a thousandth of that).
+fn zeros_deflated(mib: usize) -> Vec<u8> {
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..mib {
+        z.write_all(&zeros).expect("compress");
+    }
+    z.finish().expect("compress")
+}
+
 /// A page tree that claims `count` pages and holds one.
 pub fn claims_pages(count: u64) -> Vec<u8> {
     pdf_of(&["<</Type/Catalog/Pages 2 0 R>>".into(), format!("<</Type/Pages/Kids[3 0 R]/Count {count}>>"), PAGE.into()], "")
@@ -83,17 +108,11 @@ pub fn deep_nesting(depth: usize) -> Vec<u8> {
 
 /// A page whose content stream inflates to `mib` MiB of zeros.
 pub fn flate_bomb(mib: usize) -> Vec<u8> {
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-    let zeros = vec![0u8; 1 << 20];
-    for _ in 0..mib {
-        z.write_all(&zeros).expect("compress");
-    }
-    let data = z.finish().expect("compress");
     let objects = [
         b"<</Type/Catalog/Pages 2 0 R>>".to_vec(),
         PAGES.as_bytes().to_vec(),
         b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]/Contents 4 0 R>>".to_vec(),
-        stream_object("/Filter/FlateDecode", &data),
+        stream_object("/Filter/FlateDecode", &zeros_deflated(mib)),
     ];
     pdf_of_bytes(&objects, "")
 }

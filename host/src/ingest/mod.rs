@@ -99,22 +99,40 @@ pub fn ingest_file(
 
     let mut pages = Vec::with_capacity(page_count as usize);
     let mut damage = DamageRecord { truncated: pdf.truncated(), lost_pages: Vec::new() };
+    let mut first_loss = None;
     for number in 1..=page_count {
-        match pdf.read_page(number, options.image_max_px) {
-            Ok(page) => pages.push(page),
-            // Best effort, as PDF readers do: the page is kept empty and named as lost. A
-            // deadline or a crash still ends the document, since its worker is gone.
-            Err(PdfError::Page { .. } | PdfError::Render { .. }) => {
-                damage.lost_pages.push(number);
-                pages.push((PageRecord { number, width: 0.0, height: 0.0, has_text_layer: false, blocks: Vec::new() }, None));
+        // Best effort, as PDF readers do: a page PDFium cannot read, or one that passes its
+        // deadline or crashes PDFium, is kept empty and named as lost; after a deadline or a
+        // crash a fresh worker goes on with the next page, within the document's deadline.
+        let lost = match pdf.read_page(number, options.image_max_px) {
+            Ok(page) => {
+                pages.push(page);
+                None
+            }
+            Err(e @ (PdfError::Page { .. } | PdfError::Render { .. })) => Some(e),
+            Err(e @ (PdfError::TimedOut { .. } | PdfError::Crashed { .. })) if !pdf.out_of_time() => {
+                if number < page_count {
+                    pdf = worker.reopen(&bytes, options.password.as_deref(), &pdf).map_err(pdf_err)?;
+                }
+                Some(e)
             }
             Err(e) => return Err(pdf_err(e)),
+        };
+        if let Some(e) = lost {
+            debug!(path = %path.display(), "page {number} lost: {e}");
+            damage.lost_pages.push(number);
+            pages.push((PageRecord { number, width: 0.0, height: 0.0, has_text_layer: false, blocks: Vec::new() }, None));
+            first_loss.get_or_insert(e);
         }
         debug!(path = %path.display(), "page {number}/{page_count} read");
         progress.page_done();
     }
     if damage.lost_pages.len() == page_count as usize {
-        return Err(pdf_err(PdfError::NoReadablePage { count: page_count }));
+        // Nothing to keep: say why, in the words of the first loss when there was one page.
+        return Err(pdf_err(match first_loss {
+            Some(e) if page_count == 1 => e,
+            _ => PdfError::NoReadablePage { count: page_count },
+        }));
     }
     let title = pdf.title().unwrap_or_else(|| {
         path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()

@@ -83,6 +83,16 @@ impl PdfWorker {
 
     /// Opens `bytes` in a fresh worker.
     pub fn open(&self, bytes: &[u8], password: Option<&str>) -> Result<WorkerDocument, PdfError> {
+        self.open_since(bytes, password, Instant::now())
+    }
+
+    /// Opens the document of `earlier`, whose worker is gone, in a fresh worker that keeps
+    /// the document's deadline.
+    pub fn reopen(&self, bytes: &[u8], password: Option<&str>, earlier: &WorkerDocument) -> Result<WorkerDocument, PdfError> {
+        self.open_since(bytes, password, earlier.started)
+    }
+
+    fn open_since(&self, bytes: &[u8], password: Option<&str>, started: Instant) -> Result<WorkerDocument, PdfError> {
         let mut child = self.spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| PdfError::Worker("its input is missing".into()))?;
         let stdout = child.stdout.take().ok_or_else(|| PdfError::Worker("its output is missing".into()))?;
@@ -104,7 +114,7 @@ impl PdfWorker {
             child,
             stdin: BufWriter::new(stdin),
             replies,
-            started: Instant::now(),
+            started,
             limits: self.limits,
             page_count: 0,
             title: None,
@@ -174,6 +184,11 @@ impl WorkerDocument {
     /// Whether the file lacked its end and PDFium rebuilt it.
     pub fn truncated(&self) -> bool {
         self.truncated
+    }
+
+    /// Whether the whole document's deadline has passed.
+    pub fn out_of_time(&self) -> bool {
+        self.started.elapsed() >= self.limits.document
     }
 
     /// Number of pages.
