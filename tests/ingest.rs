@@ -461,3 +461,37 @@ fn page_counts_and_page_images_are_bounded() {
         assert!(w >= 1 && h >= 1);
     }
 }
+
+#[test]
+fn the_binary_finds_its_home_from_any_directory() {
+    let app = Appliance::new();
+    let root = common::repo_root();
+    let pdf = bench_pdf(SMALL);
+    let elsewhere = tempfile::tempdir().expect("temp dir");
+    // An install: the binary in <home>/bin beside set-up's .evident/ and the profiles, run from
+    // a directory that has neither, with no EVIDENT_HOME.
+    let home = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(root.join(".evident"), home.path().join(".evident")).expect("link");
+    std::os::unix::fs::symlink(root.join("appliance-config"), home.path().join("appliance-config")).expect("link");
+    std::fs::create_dir(home.path().join("bin")).expect("bin");
+    let installed = home.path().join("bin/evident");
+    std::fs::copy(env!("CARGO_BIN_EXE_evident"), &installed).expect("copy the binary");
+    let out = std::process::Command::new(&installed)
+        .current_dir(elsewhere.path())
+        .env_remove("EVIDENT_HOME")
+        .env_remove("EVIDENT_CONFIG")
+        .arg("--data-dir")
+        .arg(app.data.path())
+        .args(["ingest", "--no-images"])
+        .arg(&pdf)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 indexed"));
+    // EVIDENT_HOME is believed: the repository works, a folder without set-up's files is named.
+    let out = app.command().current_dir(elsewhere.path()).env("EVIDENT_HOME", &root).args(["search", "shareholder vote", "--k", "1"]).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = app.command().current_dir(elsewhere.path()).env("EVIDENT_HOME", elsewhere.path()).args(["ingest", "--no-index"]).arg(&pdf).output().expect("runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains(&elsewhere.path().join(".evident/lib/libpdfium.so").display().to_string()), "{said}");
+}

@@ -146,9 +146,41 @@ pub struct IngestConfig {
     pub parallel_reads: usize,
 }
 
+/// The folder relative paths in the configuration resolve against: `EVIDENT_HOME` when set;
+/// else the working directory when set-up's `.evident/` is there; else the nearest folder above
+/// the binary that holds one (a build inside the repository, run from anywhere); else the
+/// working directory.
+pub fn appliance_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("EVIDENT_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(home);
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    if is_home(&cwd) {
+        return cwd;
+    }
+    let beside_binary = std::env::current_exe().ok().and_then(|exe| exe.ancestors().skip(1).find(|d| is_home(d)).map(Path::to_path_buf));
+    beside_binary.unwrap_or(cwd)
+}
+
+fn is_home(dir: &Path) -> bool {
+    dir.join(".evident").is_dir()
+}
+
 impl ApplianceConfig {
-    /// The embedded defaults with `file`, if any, read over them.
+    /// The embedded defaults with `file`, if any, read over them; relative paths resolved
+    /// against [`appliance_home`].
     pub fn load(file: Option<&Path>) -> Result<ApplianceConfig, ConfigError> {
+        let mut config = ApplianceConfig::load_unresolved(file)?;
+        let home = appliance_home();
+        for path in [&mut config.data_dir, &mut config.models_dir, &mut config.pdfium_library, &mut config.plugins.dir, &mut config.plugins.profiles_dir] {
+            if path.is_relative() {
+                *path = home.join(&*path);
+            }
+        }
+        Ok(config)
+    }
+
+    fn load_unresolved(file: Option<&Path>) -> Result<ApplianceConfig, ConfigError> {
         let mut table = parse("embedded defaults", EMBEDDED_DEFAULTS)?;
         if let Some(path) = file {
             let text = std::fs::read_to_string(path)
