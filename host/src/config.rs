@@ -171,6 +171,8 @@ impl ApplianceConfig {
     /// against [`appliance_home`].
     pub fn load(file: Option<&Path>) -> Result<ApplianceConfig, ConfigError> {
         let mut config = ApplianceConfig::load_unresolved(file)?;
+        let name = file.map(|p| p.display().to_string()).unwrap_or_else(|| "embedded defaults".into());
+        config.check().map_err(|message| ConfigError::Invalid { path: name, message })?;
         let home = appliance_home();
         for path in [&mut config.data_dir, &mut config.models_dir, &mut config.pdfium_library, &mut config.plugins.dir, &mut config.plugins.profiles_dir] {
             if path.is_relative() {
@@ -178,6 +180,35 @@ impl ApplianceConfig {
             }
         }
         Ok(config)
+    }
+
+    /// Values that parse but cannot work, each refused with what to set instead.
+    fn check(&self) -> Result<(), String> {
+        let i = &self.ingest;
+        let at_least_one = [
+            ("server.max_running", self.server.max_running as u64),
+            ("server.request_timeout_s", self.server.request_timeout_s),
+            ("ingest.parallel_reads", i.parallel_reads as u64),
+            ("ingest.open_timeout_s", i.open_timeout_s),
+            ("ingest.page_timeout_s", i.page_timeout_s),
+            ("ingest.document_timeout_s", i.document_timeout_s),
+            ("ingest.max_pages", u64::from(i.max_pages)),
+            ("plugins.limits.timeout_s", self.plugins.limits.timeout_s),
+            ("plugins.limits.memory_mib", self.plugins.limits.memory_mib),
+        ];
+        if let Some((key, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{key} is 0; it must be at least 1"));
+        }
+        if i.page_timeout_s > i.document_timeout_s {
+            return Err(format!("ingest.page_timeout_s ({}) is longer than ingest.document_timeout_s ({}); a page is part of its document", i.page_timeout_s, i.document_timeout_s));
+        }
+        if i.worker_memory_mib < 256 {
+            return Err(format!("ingest.worker_memory_mib is {}; PDFium needs at least 256", i.worker_memory_mib));
+        }
+        if !(16..=8192).contains(&i.page_image_max_px) {
+            return Err(format!("ingest.page_image_max_px is {}; it must be between 16 and 8192", i.page_image_max_px));
+        }
+        Ok(())
     }
 
     fn load_unresolved(file: Option<&Path>) -> Result<ApplianceConfig, ConfigError> {
@@ -220,6 +251,49 @@ mod tests {
         let c = ApplianceConfig::load(None).expect("defaults parse");
         assert_eq!(c.compute.backend, ComputeBackend::Auto);
         assert!(c.ingest.page_image_max_px > 0);
+    }
+
+    #[test]
+    fn values_that_cannot_work_are_refused_with_the_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.toml");
+        for (text, key) in [
+            ("[server]\nmax_running = 0\n", "server.max_running is 0"),
+            ("[ingest]\nparallel_reads = 0\n", "ingest.parallel_reads is 0"),
+            ("[ingest]\npage_timeout_s = 100\ndocument_timeout_s = 50\n", "ingest.page_timeout_s (100) is longer"),
+            ("[ingest]\nworker_memory_mib = 16\n", "ingest.worker_memory_mib is 16"),
+            ("[ingest]\npage_image_max_px = 100000\n", "ingest.page_image_max_px is 100000"),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let err = ApplianceConfig::load(Some(&path)).expect_err(text).to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn readme_documents_every_key_of_the_defaults() {
+        fn keys(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+            for (k, v) in table {
+                match v {
+                    toml::Value::Table(t) => keys(t, &format!("{prefix}{k}."), out),
+                    _ => out.push(format!("{prefix}{k}")),
+                }
+            }
+        }
+        let mut defaults = Vec::new();
+        keys(&EMBEDDED_DEFAULTS.parse::<toml::Table>().expect("defaults"), "", &mut defaults);
+        let readme = include_str!("../../README.md");
+        let section = readme.split("## Configuration").nth(1).and_then(|s| s.split("\n## ").next()).expect("a Configuration section");
+        let documented: Vec<String> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .map(str::to_string)
+            .collect();
+        defaults.sort();
+        let mut sorted = documented.clone();
+        sorted.sort();
+        assert_eq!(defaults, sorted, "README's configuration table and appliance.toml name the same keys");
     }
 
     #[test]
