@@ -252,7 +252,7 @@ fn swapping_the_verify_stage_mid_stream_drops_nothing_and_mixes_nothing() {
     )
     .expect("profile");
     let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 }).expect("runtime"));
-    let registry = evident::plugins::PluginRegistry::new(
+    let registry = evident::registry::PluginRegistry::new(
         runtime,
         fixture.services.store.clone(),
         common::repo_root().join(".evident/test-plugins"),
@@ -338,7 +338,7 @@ fn hievi_runs_end_to_end_through_wasmtime() {
     )
     .expect("profile");
     let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
-    let registry = evident::plugins::PluginRegistry::new(
+    let registry = evident::registry::PluginRegistry::new(
         runtime,
         fixture.services.store.clone(),
         common::repo_root().join(".evident/plugins"),

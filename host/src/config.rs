@@ -54,7 +54,7 @@ pub struct PluginsConfig {
     /// The profile a question uses when it names none.
     pub default_profile: String,
     /// What each stage call may use (`[plugins.limits]`).
-    pub limits: crate::plugins::StageLimits,
+    pub limits: StageLimits,
 }
 
 /// Which generator answers: the embedded model or an OpenAI-compatible server.
@@ -77,7 +77,36 @@ pub struct GeneratorConfig {
     pub model: String,
     /// Memory for the prompt caches one request keeps for reuse by its later prompts, MiB.
     pub prompt_cache_mib: u64,
-    pub openai: crate::generate::RemoteConfig,
+    pub openai: RemoteConfig,
+}
+
+/// `[generator.openai]` in the configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// Up to and including `/v1`, e.g. `http://10.0.0.5:8000/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token when not empty.
+    pub api_key: String,
+    /// Whether the model takes images (page images go along as data URLs).
+    pub images: bool,
+    pub timeout_s: u64,
+    /// Further attempts after a failed connection, a timeout, a 429 or a 5xx.
+    pub retries: u32,
+}
+
+/// How much a stage call may take. Fuel bounds the component's own work (about one unit per
+/// WebAssembly instruction); the deadline bounds the whole call, the models it asks for included.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageLimits {
+    /// Linear memory a component may grow to, in MiB.
+    pub memory_mib: u64,
+    /// Fuel units per call.
+    pub fuel: u64,
+    /// Wall-clock seconds per call.
+    pub timeout_s: u64,
 }
 
 /// `[compute]`

@@ -5,26 +5,11 @@ use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use base64::Engine;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ChoiceScore, FinishReason, GenerateError, GenerateRequest, Generation, Generator, Message, PromptCache};
 
-/// `[generator.openai]` in the configuration.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoteConfig {
-    /// Up to and including `/v1`, e.g. `http://10.0.0.5:8000/v1`.
-    pub base_url: String,
-    pub model: String,
-    /// Sent as a bearer token when not empty.
-    pub api_key: String,
-    /// Whether the model takes images (page images go along as data URLs).
-    pub images: bool,
-    pub timeout_s: u64,
-    /// Further attempts after a failed connection, a timeout, a 429 or a 5xx.
-    pub retries: u32,
-}
+pub use crate::config::RemoteConfig;
 
 /// The remote generator.
 pub struct RemoteGenerator {

@@ -2,11 +2,9 @@
 //! wasmtime in a sandbox per call.
 
 pub mod bindings;
-mod registry;
 mod runtime;
 
 pub use bindings::types;
-pub use registry::PluginRegistry;
 pub use runtime::{StageHost, StageLimits, StageRuntime};
 
 use thiserror::Error;

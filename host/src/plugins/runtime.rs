@@ -12,18 +12,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::{self, HostFunctions, HostImports, types};
 use super::{PluginError, StageKind};
 
-/// How much a stage call may take. Fuel bounds the component's own work (about one unit per
-/// WebAssembly instruction); the deadline bounds the whole call, the models it asks for included.
-#[derive(Debug, Clone, Copy, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StageLimits {
-    /// Linear memory a component may grow to, in MiB.
-    pub memory_mib: u64,
-    /// Fuel units per call.
-    pub fuel: u64,
-    /// Wall-clock seconds per call.
-    pub timeout_s: u64,
-}
+pub use crate::config::StageLimits;
 
 /// What the host offers a stage during one request; the pipeline implements it.
 pub trait StageHost: Send + Sync {

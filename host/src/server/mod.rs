@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use crate::config::{ApplianceConfig, Role};
 use crate::ingest::{IngestOptions, PdfWorker, ReadLimits};
 use crate::pipeline::Services;
-use crate::plugins::PluginRegistry;
+use crate::registry::PluginRegistry;
 use crate::store::Store;
 
 /// Why the server could not start or stopped.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use super::{PluginError, StageKind, StageRuntime};
+use crate::plugins::{PluginError, StageKind, StageRuntime};
 use crate::pipeline::{PipelineError, Profile, ResolvedProfile};
 use crate::store::{PluginRecord, Store};
 
