@@ -209,31 +209,27 @@ impl Store {
 
     /// The document's outline (empty when the PDF has none).
     pub fn outline(&self, doc: &DocumentRecord) -> Result<Vec<OutlineEntry>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(OUTLINES)?;
-        match table.get(doc.id.as_str())? {
-            Some(bytes) => Ok(postcard::from_bytes(bytes.value())?),
-            None => Ok(Vec::new()),
-        }
+        self.record_or_default(OUTLINES, &doc.id)
     }
 
     /// What reading the document could not recover (empty for a whole file).
     pub fn damage(&self, doc: &DocumentRecord) -> Result<DamageRecord, StoreError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(DAMAGE)?;
-        match table.get(doc.id.as_str())? {
-            Some(bytes) => Ok(postcard::from_bytes(bytes.value())?),
-            None => Ok(DamageRecord::default()),
-        }
+        self.record_or_default(DAMAGE, &doc.id)
     }
 
     /// What retrieval has indexed of a document.
     pub fn index_state(&self, doc: &DocumentRecord) -> Result<IndexState, StoreError> {
+        self.record_or_default(INDEX_STATE, &doc.id)
+    }
+
+    /// A per-document record of one of the tables keyed by document id; its default when the
+    /// document has none.
+    fn record_or_default<T: serde::de::DeserializeOwned + Default>(&self, table: TableDefinition<&str, &[u8]>, id: &str) -> Result<T, StoreError> {
         let txn = self.db.begin_read()?;
-        let table = txn.open_table(INDEX_STATE)?;
-        match table.get(doc.id.as_str())? {
+        let table = txn.open_table(table)?;
+        match table.get(id)? {
             Some(bytes) => Ok(postcard::from_bytes(bytes.value())?),
-            None => Ok(IndexState::default()),
+            None => Ok(T::default()),
         }
     }
 
