@@ -48,6 +48,7 @@ impl Fixture {
             generator: Arc::new(EmbeddedGenerator::load(&models.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"), &cpu).expect("generator")),
             generator_images: false,
             prompt_cache_bytes: 256 << 20,
+            limits: evident::config::PipelineLimits { max_tokens_per_call: 4096, max_pages_per_search: 1000, log_lines: 1000 },
         };
         Fixture { _app: app, services: Arc::new(services) }
     }

@@ -41,6 +41,19 @@ pub struct ApplianceConfig {
     pub ingest: IngestConfig,
     pub generator: GeneratorConfig,
     pub plugins: PluginsConfig,
+    pub pipeline: PipelineLimits,
+}
+
+/// `[pipeline]`: what one request's stages may ask of the host.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineLimits {
+    /// Most tokens one model call of a stage may ask for; a larger request gets this many.
+    pub max_tokens_per_call: u32,
+    /// Most pages one search of a stage may ask for.
+    pub max_pages_per_search: u32,
+    /// Lines of stage log kept per request.
+    pub log_lines: usize,
 }
 
 /// `[plugins]`
@@ -135,6 +148,8 @@ pub struct ServerConfig {
     pub max_queued: usize,
     /// Seconds a question may take, waiting included.
     pub request_timeout_s: u64,
+    /// Longest question, in characters.
+    pub max_question_chars: usize,
 }
 
 /// What a bearer token may do.
@@ -224,6 +239,9 @@ impl ApplianceConfig {
             ("ingest.max_pages", u64::from(i.max_pages)),
             ("plugins.limits.timeout_s", self.plugins.limits.timeout_s),
             ("plugins.limits.memory_mib", self.plugins.limits.memory_mib),
+            ("server.max_question_chars", self.server.max_question_chars as u64),
+            ("pipeline.max_tokens_per_call", u64::from(self.pipeline.max_tokens_per_call)),
+            ("pipeline.max_pages_per_search", u64::from(self.pipeline.max_pages_per_search)),
         ];
         if let Some((key, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{key} is 0; it must be at least 1"));

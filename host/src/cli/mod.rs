@@ -119,6 +119,7 @@ impl Context {
             generator: std::sync::Arc::from(self.generator()?),
             generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,
             prompt_cache_bytes: (g.prompt_cache_mib as usize) << 20,
+            limits: self.config.pipeline,
         }))
     }
 

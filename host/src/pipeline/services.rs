@@ -7,15 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::config::PipelineLimits;
 use crate::generate::{GenerateRequest, Generator, ImagePart, Message, PromptCache, SamplingParams};
 use crate::models::TextEncoder;
 use crate::plugins::StageHost;
 use crate::plugins::types::{self, Candidate, PageRef};
 use crate::retrieval::{LexicalIndex, MaxSimBackend, Ranker, SearchMode, needs_index};
 use crate::store::{DocumentRecord, Store};
-
-/// Lines of stage log kept per request.
-const MAX_LOG_LINES: usize = 1000;
 
 /// The appliance's parts a pipeline run uses, shared by every request.
 pub struct Services {
@@ -30,6 +28,8 @@ pub struct Services {
     pub generator_images: bool,
     /// Bytes of prompt caches one request may keep (`generator.prompt_cache_mib`).
     pub prompt_cache_bytes: usize,
+    /// What one request's stages may ask of the host (`[pipeline]`).
+    pub limits: PipelineLimits,
 }
 
 /// The host side of one request: its scope, its seeded random source and its counters.
@@ -160,7 +160,7 @@ impl StageHost for RequestHost {
         messages.push(user);
         let req = GenerateRequest {
             messages,
-            max_tokens: request.max_tokens.clamp(1, 4096) as usize,
+            max_tokens: request.max_tokens.clamp(1, self.services.limits.max_tokens_per_call) as usize,
             sampling: SamplingParams { temperature: request.temperature.max(0.0), top_p: 0.95, seed: self.random() },
             stop: request.stop,
         };
@@ -198,7 +198,7 @@ impl StageHost for RequestHost {
         } else {
             documents.iter().map(|d| self.document(d).cloned()).collect::<Result<_, _>>()?
         };
-        Ok(self.retrieve(&[query.as_str()], mode_of(mode), k.clamp(1, 1000), &docs)?.remove(0))
+        Ok(self.retrieve(&[query.as_str()], mode_of(mode), k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
     }
 
     fn page(&self, page: PageRef) -> Result<types::PageContent, String> {
@@ -266,7 +266,7 @@ impl StageHost for RequestHost {
         }
         // A stage that logs without end must not grow the host's memory without end.
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        if log.len() < MAX_LOG_LINES {
+        if log.len() < self.services.limits.log_lines {
             log.push(message);
         }
     }

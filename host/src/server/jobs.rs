@@ -275,7 +275,9 @@ impl Shared {
     /// half-written ones (their uploads were never accepted).
     fn resume_uploads(&self) {
         let Ok(dirs) = std::fs::read_dir(&self.uploads_dir) else { return };
-        for file in dirs.flatten().filter_map(|d| std::fs::read_dir(d.path()).ok()).flatten().flatten() {
+        // Each upload's folder is named by its document's id: a stored one needs no reading.
+        let unstored = dirs.flatten().filter(|d| !matches!(self.services.store.document(&d.file_name().to_string_lossy()), Ok(Some(_))));
+        for file in unstored.filter_map(|d| std::fs::read_dir(d.path()).ok()).flatten().flatten() {
             let path = file.path();
             let name = file.file_name().to_string_lossy().into_owned();
             if name.ends_with(PART) {

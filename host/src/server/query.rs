@@ -24,7 +24,6 @@ use crate::pipeline::{Evidence, Outcome, RequestHost, StageEvent, TraceStep};
 use crate::store::DocumentRecord;
 
 /// Longest question accepted, in characters.
-const MAX_QUESTION_CHARS: usize = 4000;
 
 /// Body of `POST /v1/query`.
 #[derive(Debug, Deserialize)]
@@ -125,8 +124,9 @@ pub fn prepare(state: &AppState, question: &str, documents: &[String], profile: 
     if question.is_empty() {
         return Err(ApiError::bad_request("the question is empty"));
     }
-    if question.chars().count() > MAX_QUESTION_CHARS {
-        return Err(ApiError::bad_request(format!("the question is longer than {MAX_QUESTION_CHARS} characters")));
+    let most = state.config.server.max_question_chars;
+    if question.chars().count() > most {
+        return Err(ApiError::bad_request(format!("the question is longer than {most} characters (server.max_question_chars)")));
     }
     let docs = if documents.is_empty() {
         state.store.documents()?
