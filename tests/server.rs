@@ -487,6 +487,7 @@ fn every_endpoint_answers_with_its_role_and_plain_errors() {
 
     // Questions that cannot run say why.
     assert!(s.ask(json!({ "question": "  " })).expect(400, "empty").error().contains("empty"));
+    assert!(s.ask(json!({ "question": "why ".repeat(1001) })).expect(400, "too long").error().contains("longer than 4000 characters (server.max_question_chars)"));
     assert!(s.ask(json!({ "question": "q", "profile": "nope" })).expect(400, "unknown profile").error().contains("no profile named nope"));
     assert!(s.ask(json!({ "question": "q", "documents": ["no-such-file.pdf"] })).expect(404, "unknown document").error().contains("no document"));
     s.call("POST", "/v1/query", Some(READ), Some(("application/json", b"{\"question\": ".to_vec()))).expect(400, "broken JSON");
