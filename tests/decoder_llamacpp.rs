@@ -91,7 +91,12 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
             for (&id, &want) in top.iter().zip(&values) {
                 let diff = (logits[id as usize] - want).abs();
                 worst = worst.max(diff);
-                assert!(diff < tolerance, "{name} {backend}: step {i} of {:?}: logit of token {id} is {}, llama.cpp has {want}", case["prompt"], logits[id as usize]);
+                assert!(
+                    diff < tolerance,
+                    "{name} {backend}: step {i} of {:?}: logit of token {id} is {}, llama.cpp has {want}",
+                    case["prompt"],
+                    logits[id as usize]
+                );
             }
             let best = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(t, _)| t as u32).expect("logits");
             if values[0] - values[1] > 2.0 * tolerance {

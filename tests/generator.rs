@@ -133,9 +133,8 @@ fn score_choices_ranks_the_obvious_reply_first_and_matches_transformers() {
     // Multi-token choices are scored teacher-forced: the model's own greedy reply must beat a
     // scrambled one of the same words.
     let messages = vec![Message::text("user", "What is the capital of France?")];
-    let scores = generator
-        .score_choices(&messages, &["The capital of France is Paris.".into(), "Paris capital The is France of.".into()], None)
-        .expect("scores");
+    let scores =
+        generator.score_choices(&messages, &["The capital of France is Paris.".into(), "Paris capital The is France of.".into()], None).expect("scores");
     assert!(scores[0].logprob > scores[1].logprob + 5.0, "{scores:?}");
 }
 
@@ -254,7 +253,10 @@ fn a_prompt_cache_computes_only_what_follows_the_shared_prefix_and_changes_no_an
     let second = generator.generate(&second_request, Some(&cache), &mut |_| {}).expect("generates");
     let reuse = cache.reuse();
     assert_eq!(reuse.computed + reuse.reused, (first.prompt_tokens + second.prompt_tokens) as u64, "every prompt token counted once");
-    assert!(reuse.reused > 60 && reuse.computed - first.prompt_tokens as u64 > 8, "the shared system message and page were read, the new question computed: {reuse:?}");
+    assert!(
+        reuse.reused > 60 && reuse.computed - first.prompt_tokens as u64 > 8,
+        "the shared system message and page were read, the new question computed: {reuse:?}"
+    );
     let plain = generator.generate(&second_request, None, &mut |_| {}).expect("generates");
     assert_eq!(second.text, plain.text, "the cache changes what is computed, not the answer");
 }

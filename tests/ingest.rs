@@ -44,10 +44,7 @@ fn page_counts_match_the_benchmark_and_a_second_ingest_adds_nothing() {
     assert_eq!(docs.len(), files.len());
     for file in files {
         let name = Path::new(file).file_name().and_then(|n| n.to_str()).expect("name");
-        let doc = docs
-            .iter()
-            .find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(name)))
-            .expect("document listed");
+        let doc = docs.iter().find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(name))).expect("document listed");
         assert_eq!(doc["page_count"].as_u64(), Some(expected[file]), "{file}");
         assert_eq!(doc["content_hash"].as_str().map(str::len), Some(64));
     }
@@ -133,7 +130,10 @@ fn boxes_lie_inside_pages_and_blocks_come_in_reading_order() {
                     assert!(
                         !(above && same_column),
                         "{id} p{n}: block {:?} ({:?}) is read after {:?} ({:?}) though it sits above it",
-                        block_text(later), b, block_text(earlier), a
+                        block_text(later),
+                        b,
+                        block_text(earlier),
+                        a
                     );
                 }
             }
@@ -203,11 +203,9 @@ fn broken_pdfs_get_a_clear_error_and_leave_the_store_untouched() {
     body.extend(b"\n%%EOF\n");
     std::fs::write(&damaged, body).expect("write");
 
-    for (file, sentence) in [
-        (&truncated, "is truncated: it has no end-of-file marker"),
-        (&garbage, "is not a PDF file"),
-        (&damaged, "is damaged and PDFium cannot read it"),
-    ] {
+    for (file, sentence) in
+        [(&truncated, "is truncated: it has no end-of-file marker"), (&garbage, "is not a PDF file"), (&damaged, "is damaged and PDFium cannot read it")]
+    {
         let out = app.run(&["ingest", "--no-index", file.to_str().expect("path")]);
         assert!(!out.status.success(), "{} was accepted", file.display());
         let said = String::from_utf8_lossy(&out.stdout);
@@ -371,7 +369,8 @@ fn hostile_pdfs_end_in_a_document_or_a_sentence_within_their_deadlines() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("limits.toml");
     let (open_s, doc_s) = (10, 20);
-    std::fs::write(&config, format!("[ingest]\nopen_timeout_s = {open_s}\npage_timeout_s = 10\ndocument_timeout_s = {doc_s}\nworker_memory_mib = 1024\n")).expect("config");
+    std::fs::write(&config, format!("[ingest]\nopen_timeout_s = {open_s}\npage_timeout_s = 10\ndocument_timeout_s = {doc_s}\nworker_memory_mib = 1024\n"))
+        .expect("config");
     let real = std::fs::read(bench_pdf(SMALL)).expect("read");
     let files: Vec<(String, std::path::PathBuf)> = common::hostile::corpus(&real)
         .into_iter()
@@ -491,7 +490,8 @@ fn the_binary_finds_its_home_from_any_directory() {
     // EVIDENT_HOME is believed: the repository works, a folder without set-up's files is named.
     let out = app.command().current_dir(elsewhere.path()).env("EVIDENT_HOME", &root).args(["search", "shareholder vote", "--k", "1"]).output().expect("runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = app.command().current_dir(elsewhere.path()).env("EVIDENT_HOME", elsewhere.path()).args(["ingest", "--no-index"]).arg(&pdf).output().expect("runs");
+    let out =
+        app.command().current_dir(elsewhere.path()).env("EVIDENT_HOME", elsewhere.path()).args(["ingest", "--no-index"]).arg(&pdf).output().expect("runs");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains(&elsewhere.path().join(".evident/lib/libpdfium.so").display().to_string()), "{said}");
 }

@@ -68,20 +68,12 @@ fn profile(runtime: &StageRuntime, stages: &[(StageKind, &str, &[(&str, &str)])]
         let component = runtime.compile(&component_bytes(plugin), *kind).expect("compiles");
         components.insert(*kind, (plugin.to_string(), Arc::new(component)));
     }
-    let profile = Profile {
-        name: "test".into(),
-        description: String::new(),
-        retrieve: RetrieveSettings { k: 4, mode: SearchMode::Bm25 },
-        stages: bindings,
-    };
+    let profile = Profile { name: "test".into(), description: String::new(), retrieve: RetrieveSettings { k: 4, mode: SearchMode::Bm25 }, stages: bindings };
     ResolvedProfile { profile, components }
 }
 
 fn verify_with(runtime: &StageRuntime, behaviour: &str) -> ResolvedProfile {
-    profile(runtime, &[
-        (StageKind::Verify, "test-hostile-verify", &[("behaviour", behaviour)]),
-        (StageKind::Memory, "test-hostile-memory", &[]),
-    ])
+    profile(runtime, &[(StageKind::Verify, "test-hostile-verify", &[("behaviour", behaviour)]), (StageKind::Memory, "test-hostile-memory", &[])])
 }
 
 fn stage_error(result: Result<evident::pipeline::Outcome, PipelineError>) -> (StageKind, PluginError) {
@@ -164,20 +156,30 @@ fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log
     std::fs::write(profiles.join("top3.toml"), baseline.replace("k = 5", "k = 3").replace("top_k = 5", "top_k = 3")).expect("write");
     let config = app.data.path().join("eval.toml");
     // The small model: this checks the evaluation's bookkeeping, not answers.
-    std::fs::write(&config, format!("[generator]\nmodel = \"smollm2-135m\"\n[plugins]\nprofiles_dir = {:?}\n", profiles.to_str().expect("path"))).expect("config");
+    std::fs::write(&config, format!("[generator]\nmodel = \"smollm2-135m\"\n[plugins]\nprofiles_dir = {:?}\n", profiles.to_str().expect("path")))
+        .expect("config");
     let log = app.data.path().join("results.jsonl");
     let questions = common::repo_root().join("../shared/bench/questions.jsonl");
     let eval = |limit: &str| {
         app.run(&[
-            "--config", config.to_str().expect("path"),
-            "eval", "--questions", questions.to_str().expect("path"),
-            "--profile", "baseline", "--profile", "top3", "--limit", limit, "--k", "1,3",
-            "--results", log.to_str().expect("path"),
+            "--config",
+            config.to_str().expect("path"),
+            "eval",
+            "--questions",
+            questions.to_str().expect("path"),
+            "--profile",
+            "baseline",
+            "--profile",
+            "top3",
+            "--limit",
+            limit,
+            "--k",
+            "1,3",
+            "--results",
+            log.to_str().expect("path"),
         ])
     };
-    let lines = || -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&log).expect("log").lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
-    };
+    let lines = || -> Vec<serde_json::Value> { std::fs::read_to_string(&log).expect("log").lines().filter_map(|l| serde_json::from_str(l).ok()).collect() };
     let row = |table: &str, name: &str| -> Vec<String> {
         table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} row in {table}")).split_whitespace().map(String::from).collect()
     };

@@ -135,7 +135,10 @@ fn generate_command_uses_the_configured_server() {
     let config = app.data.path().join("remote.toml");
     std::fs::write(
         &config,
-        format!("[generator]\nbackend = \"openai\"\n[generator.openai]\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"echo\"\napi_key = \"test-key\"\n", server.port),
+        format!(
+            "[generator]\nbackend = \"openai\"\n[generator.openai]\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"echo\"\napi_key = \"test-key\"\n",
+            server.port
+        ),
     )
     .expect("config");
     let out = app.ok(&["--config", config.to_str().expect("utf-8"), "generate", "Summarise the filing."]);

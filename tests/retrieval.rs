@@ -75,15 +75,7 @@ fn eval_scores_the_benchmark_questions_of_ingested_documents() {
     let app = indexed_appliance();
     let out_json = app.data.path().join("eval.json");
     let questions = common::repo_root().join("../shared/bench/questions.jsonl");
-    let out = app.ok(&[
-        "eval",
-        "--questions",
-        questions.to_str().expect("path"),
-        "--k",
-        "1,5",
-        "--json",
-        out_json.to_str().expect("path"),
-    ]);
+    let out = app.ok(&["eval", "--questions", questions.to_str().expect("path"), "--k", "1,5", "--json", out_json.to_str().expect("path")]);
     // Only the questions on the two ingested documents count, and only those with gold pages.
     let all = std::fs::read_to_string(&questions).expect("questions");
     let ours: Vec<serde_json::Value> = all

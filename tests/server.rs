@@ -24,13 +24,25 @@ const SMALL: &str = "financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf";
 /// Profiles the tests run: the real plugins with small budgets, and test components.
 const PROFILES: &[(&str, &str)] = &[
     // The real baseline answer stage and the embedded model, kept short.
-    ("answer", "description = \"Baseline, short\"\n[retrieve]\nk = 2\nmode = \"hybrid\"\n[stages.memory]\nplugin = \"baseline-memory\"\nparams = { top_k = 2, page_tokens = 120, max_tokens = 12 }\n"),
+    (
+        "answer",
+        "description = \"Baseline, short\"\n[retrieve]\nk = 2\nmode = \"hybrid\"\n[stages.memory]\nplugin = \"baseline-memory\"\nparams = { top_k = 2, page_tokens = 120, max_tokens = 12 }\n",
+    ),
     // No model: verify labels each page, memory answers with the labels (shows which plugin ran).
-    ("quick", "description = \"Labels only\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"first\" }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n"),
+    (
+        "quick",
+        "description = \"Labels only\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"first\" }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n",
+    ),
     // As quick, but the verify stage busy-works first.
-    ("slow", "description = \"Labels after a busy wait\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"slow\", spin = 400000000 }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n"),
+    (
+        "slow",
+        "description = \"Labels after a busy wait\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"slow\", spin = 400000000 }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n",
+    ),
     // A verify stage that keeps calling the host until the host refuses.
-    ("stuck", "description = \"Never finishes by itself\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"host-loop\" }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n"),
+    (
+        "stuck",
+        "description = \"Never finishes by itself\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"host-loop\" }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n",
+    ),
 ];
 
 /// A running `evident serve` with a store, profiles and plugins of its own.
@@ -177,7 +189,9 @@ impl Server {
 
     fn upload(&self, token: &str, file_name: &str, bytes: &[u8]) -> Reply {
         let boundary = "evident-test-boundary-7d1f";
-        let mut body = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: application/pdf\r\n\r\n").into_bytes();
+        let mut body =
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: application/pdf\r\n\r\n")
+                .into_bytes();
         body.extend_from_slice(bytes);
         body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
         self.call("POST", "/v1/documents", Some(token), Some((&format!("multipart/form-data; boundary={boundary}"), body)))
@@ -253,7 +267,10 @@ fn hostile_uploads_end_in_a_sentence_and_never_hold_up_the_next_upload() {
     let small = std::fs::read(common::bench_pdf(SMALL)).expect("read");
 
     // The shared form-field tree opens, then keeps PDFium walking on its page: one reader is held.
-    let stuck = s.upload(ADMIN, "fields.pdf", &hostile::shared_form_fields(48)).expect(202, "the fields bomb opens").json()["job"]["id"].as_str().expect("id").to_string();
+    let stuck = s.upload(ADMIN, "fields.pdf", &hostile::shared_form_fields(48)).expect(202, "the fields bomb opens").json()["job"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
     // A normal upload right after is checked, read and indexed while that one is still stuck.
     let normal = s.upload(ADMIN, "pepsico-8k.pdf", &small).expect(202, "normal upload").json()["job"]["id"].as_str().expect("id").to_string();
     let done = s.finished_job(&normal, Duration::from_secs(120));
@@ -371,7 +388,11 @@ fn a_server_killed_at_random_points_of_uploads_and_indexing_loses_nothing_it_acc
     s.kill_hard();
     let check = s.app.ok(&["check"]);
     assert!(check.contains(&format!("checked {} documents", accepted.len())) && check.contains("consistent"), "{check}");
-    eprintln!("SIGKILL at {rounds} random points ({interrupted} with uploads still reading or indexing): {} uploads kept, {} removals kept, 0 lost, 0 inconsistent", accepted.len(), removed.len());
+    eprintln!(
+        "SIGKILL at {rounds} random points ({interrupted} with uploads still reading or indexing): {} uploads kept, {} removals kept, 0 lost, 0 inconsistent",
+        accepted.len(),
+        removed.len()
+    );
     assert!(interrupted >= 3, "the kills fell where uploads were in flight ({interrupted} times)");
 }
 
@@ -487,7 +508,9 @@ fn every_endpoint_answers_with_its_role_and_plain_errors() {
 
     // Questions that cannot run say why.
     assert!(s.ask(json!({ "question": "  " })).expect(400, "empty").error().contains("empty"));
-    assert!(s.ask(json!({ "question": "why ".repeat(1001) })).expect(400, "too long").error().contains("longer than 4000 characters (server.max_question_chars)"));
+    assert!(
+        s.ask(json!({ "question": "why ".repeat(1001) })).expect(400, "too long").error().contains("longer than 4000 characters (server.max_question_chars)")
+    );
     assert!(s.ask(json!({ "question": "q", "profile": "nope" })).expect(400, "unknown profile").error().contains("no profile named nope"));
     assert!(s.ask(json!({ "question": "q", "documents": ["no-such-file.pdf"] })).expect(404, "unknown document").error().contains("no document"));
     s.call("POST", "/v1/query", Some(READ), Some(("application/json", b"{\"question\": ".to_vec()))).expect(400, "broken JSON");
@@ -537,7 +560,14 @@ fn every_endpoint_answers_with_its_role_and_plain_errors() {
     let labeler = std::fs::read(common::repo_root().join(".evident/test-plugins/test-labeler-verify.wasm")).expect("labeler built");
     install("labeler", labeler.clone(), READ).expect(403, "read token installs");
     assert_eq!(install("labeler", labeler, ADMIN).expect(201, "install").json()["plugin"]["kind"], "verify");
-    let swap = |stage: &str, plugin: &str, token: &str| s.call("PUT", &format!("/v1/profiles/quick/stages/{stage}"), Some(token), Some(("application/json", json!({ "plugin": plugin }).to_string().into_bytes())));
+    let swap = |stage: &str, plugin: &str, token: &str| {
+        s.call(
+            "PUT",
+            &format!("/v1/profiles/quick/stages/{stage}"),
+            Some(token),
+            Some(("application/json", json!({ "plugin": plugin }).to_string().into_bytes())),
+        )
+    };
     swap("verify", "labeler", READ).expect(403, "read token swaps");
     swap("judge", "labeler", ADMIN).expect(400, "unknown stage");
     swap("memory", "labeler", ADMIN).expect(400, "a verify plugin behind memory");

@@ -247,7 +247,10 @@ impl ApplianceConfig {
             return Err(format!("{key} is 0; it must be at least 1"));
         }
         if i.page_timeout_s > i.document_timeout_s {
-            return Err(format!("ingest.page_timeout_s ({}) is longer than ingest.document_timeout_s ({}); a page is part of its document", i.page_timeout_s, i.document_timeout_s));
+            return Err(format!(
+                "ingest.page_timeout_s ({}) is longer than ingest.document_timeout_s ({}); a page is part of its document",
+                i.page_timeout_s, i.document_timeout_s
+            ));
         }
         if i.worker_memory_mib < 256 {
             return Err(format!("ingest.worker_memory_mib is {}; PDFium needs at least 256", i.worker_memory_mib));
@@ -261,20 +264,16 @@ impl ApplianceConfig {
     fn load_unresolved(file: Option<&Path>) -> Result<ApplianceConfig, ConfigError> {
         let mut table = parse("embedded defaults", EMBEDDED_DEFAULTS)?;
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
             merge(&mut table, parse(&path.display().to_string(), &text)?);
         }
         let name = file.map(|p| p.display().to_string()).unwrap_or_else(|| "embedded defaults".into());
-        table
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Invalid { path: name, message: e.message().to_string() })
+        table.try_into().map_err(|e: toml::de::Error| ConfigError::Invalid { path: name, message: e.message().to_string() })
     }
 }
 
 fn parse(name: &str, text: &str) -> Result<toml::Table, ConfigError> {
-    text.parse::<toml::Table>()
-        .map_err(|e| ConfigError::Invalid { path: name.to_string(), message: e.message().to_string() })
+    text.parse::<toml::Table>().map_err(|e| ConfigError::Invalid { path: name.to_string(), message: e.message().to_string() })
 }
 
 /// Deep merge: tables merge key by key, anything else in `over` replaces.
@@ -331,12 +330,7 @@ mod tests {
         keys(&EMBEDDED_DEFAULTS.parse::<toml::Table>().expect("defaults"), "", &mut defaults);
         let readme = include_str!("../../README.md");
         let section = readme.split("## Configuration").nth(1).and_then(|s| s.split("\n## ").next()).expect("a Configuration section");
-        let documented: Vec<String> = section
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `"))
-            .filter_map(|l| l.split('`').next())
-            .map(str::to_string)
-            .collect();
+        let documented: Vec<String> = section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).map(str::to_string).collect();
         defaults.sort();
         let mut sorted = documented.clone();
         sorted.sort();

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use crate::plugins::{PluginError, StageKind, StageRuntime};
 use crate::pipeline::{PipelineError, Profile, ResolvedProfile};
+use crate::plugins::{PluginError, StageKind, StageRuntime};
 use crate::store::{PluginRecord, Store};
 
 /// Installed plugins and live profiles.
@@ -121,8 +121,12 @@ impl PluginRegistry {
 
     fn install_bundled(&self, name: &str) -> Result<PluginRecord, PipelineError> {
         let path = self.bundled_dir.join(format!("{name}.wasm"));
-        let wasm = std::fs::read(&path)
-            .map_err(|_| PipelineError::Profile(format!("no plugin named {name} is installed or bundled in {}; `evident plugins list` shows them", self.bundled_dir.display())))?;
+        let wasm = std::fs::read(&path).map_err(|_| {
+            PipelineError::Profile(format!(
+                "no plugin named {name} is installed or bundled in {}; `evident plugins list` shows them",
+                self.bundled_dir.display()
+            ))
+        })?;
         self.install(&wasm, name, "bundled", None)
     }
 
@@ -135,12 +139,18 @@ impl PluginRegistry {
             // operator installed stays as it is.
             Some((record, _)) if record.version == "bundled" && self.bundled_differs(name, &record.sha256) => {
                 self.install_bundled(name)?;
-                self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))?.ok_or_else(|| PipelineError::Host(format!("plugin {name} vanished")))?
+                self.store
+                    .plugin(name)
+                    .map_err(|e| PipelineError::Host(e.to_string()))?
+                    .ok_or_else(|| PipelineError::Host(format!("plugin {name} vanished")))?
             }
             Some(found) => found,
             None => {
                 self.install_bundled(name)?;
-                self.store.plugin(name).map_err(|e| PipelineError::Host(e.to_string()))?.ok_or_else(|| PipelineError::Host(format!("plugin {name} vanished")))?
+                self.store
+                    .plugin(name)
+                    .map_err(|e| PipelineError::Host(e.to_string()))?
+                    .ok_or_else(|| PipelineError::Host(format!("plugin {name} vanished")))?
             }
         };
         if record.kind != kind_name(kind) {

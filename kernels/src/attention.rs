@@ -19,9 +19,7 @@ struct AttentionSource {
 
 impl KernelSource for AttentionSource {
     fn source(&self) -> SourceTemplate {
-        SourceTemplate::new(SHADER)
-            .register("head_dim", self.head_dim.to_string())
-            .register("workgroup", WORKGROUP.to_string())
+        SourceTemplate::new(SHADER).register("head_dim", self.head_dim.to_string()).register("workgroup", WORKGROUP.to_string())
     }
 
     fn id(&self) -> KernelId {
@@ -90,10 +88,8 @@ fn launch(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, masking: Masking, out: Optio
             .map_err(|e| GpuError::Unsupported(format!("the attention kernel needs tensors on the wgpu device ({e:?})")))
     };
     let (q, k, v) = (prim(q)?, prim(k)?, prim(v)?);
-    let mask = into_contiguous(
-        mask.try_into_primitive::<Cube>()
-            .map_err(|e| GpuError::Unsupported(format!("the attention mask is not on the wgpu device ({e:?})")))?,
-    );
+    let mask =
+        into_contiguous(mask.try_into_primitive::<Cube>().map_err(|e| GpuError::Unsupported(format!("the attention mask is not on the wgpu device ({e:?})")))?);
     let rows = (batch * heads * seq) as u32;
     let groups = rows.div_ceil(WORKGROUP).max(1);
     let groups_x = groups.min(MAX_GROUPS_X);
@@ -105,13 +101,7 @@ fn launch(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, masking: Masking, out: Optio
     let out = match out {
         Some(t) if t.dims() == [batch, heads, seq, head_dim] => prim(t)?,
         Some(_) => return Err(GpuError::Unsupported("the attention output has the wrong shape".into())),
-        None => CubeTensor::new_contiguous(
-            client.clone(),
-            q.device.clone(),
-            q.meta.shape().clone(),
-            client.empty(out_len.max(1) * q.dtype.size()),
-            q.dtype,
-        ),
+        None => CubeTensor::new_contiguous(client.clone(), q.device.clone(), q.meta.shape().clone(), client.empty(out_len.max(1) * q.dtype.size()), q.dtype),
     };
     let info = client.create_from_slice(bytemuck::cast_slice(&info));
     let cube_dim = CubeDim::new_1d(WORKGROUP);

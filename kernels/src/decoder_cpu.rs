@@ -164,11 +164,25 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
         // group, lie inside q and keys (checked above); scores is rows × seen.
         unsafe {
             gemm(
-                rows, seen, d,
-                scores.as_mut_ptr(), 1, seen as isize, false,
-                q.as_ptr().add(first * q_stride + head * d), 1, q_stride as isize,
-                keys.as_ptr().add(kv_offset), kv_width as isize, 1,
-                0.0, scale, false, false, false, Parallelism::None,
+                rows,
+                seen,
+                d,
+                scores.as_mut_ptr(),
+                1,
+                seen as isize,
+                false,
+                q.as_ptr().add(first * q_stride + head * d),
+                1,
+                q_stride as isize,
+                keys.as_ptr().add(kv_offset),
+                kv_width as isize,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                Parallelism::None,
             );
         }
         for (i, row) in scores.chunks_exact_mut(seen).enumerate() {
@@ -180,11 +194,25 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
         // two tasks touch the same value of `out`; the value rows 0..seen lie inside values.
         unsafe {
             gemm(
-                rows, d, seen,
-                out_ptr.at(first * width + head * d), 1, width as isize, false,
-                scores.as_ptr(), 1, seen as isize,
-                values.as_ptr().add(kv_offset), 1, kv_width as isize,
-                0.0, 1.0, false, false, false, Parallelism::None,
+                rows,
+                d,
+                seen,
+                out_ptr.at(first * width + head * d),
+                1,
+                width as isize,
+                false,
+                scores.as_ptr(),
+                1,
+                seen as isize,
+                values.as_ptr().add(kv_offset),
+                1,
+                kv_width as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
             );
         }
     });

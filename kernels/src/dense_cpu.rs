@@ -106,8 +106,7 @@ pub fn attention(qkv: &[f32], spans: &[SequenceSpan], shape: AttentionShape, out
     assert!(out.len() >= rows * width, "out holds every row");
     let out_ptr = SharedOut(out.as_mut_ptr());
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
-    let tasks: Vec<(SequenceSpan, usize)> =
-        spans.iter().filter(|s| s.len > 0).flat_map(|&s| (0..shape.heads).map(move |h| (s, h))).collect();
+    let tasks: Vec<(SequenceSpan, usize)> = spans.iter().filter(|s| s.len > 0).flat_map(|&s| (0..shape.heads).map(move |h| (s, h))).collect();
     tasks.par_iter().for_each_init(Vec::new, |scores: &mut Vec<f32>, &(span, head)| {
         let (len, d) = (span.len, shape.head_dim);
         scores.resize(len * len, 0.0);
@@ -117,11 +116,25 @@ pub fn attention(qkv: &[f32], spans: &[SequenceSpan], shape: AttentionShape, out
         // of this span (checked above); scores is len × len.
         unsafe {
             gemm(
-                len, len, d,
-                scores.as_mut_ptr(), 1, len as isize, false,
-                qkv.as_ptr().add(base), 1, stride,
-                qkv.as_ptr().add(base + width), stride, 1,
-                0.0, scale, false, false, false, Parallelism::None,
+                len,
+                len,
+                d,
+                scores.as_mut_ptr(),
+                1,
+                len as isize,
+                false,
+                qkv.as_ptr().add(base),
+                1,
+                stride,
+                qkv.as_ptr().add(base + width),
+                stride,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                Parallelism::None,
             );
         }
         for row in scores.chunks_exact_mut(len) {
@@ -131,11 +144,25 @@ pub fn attention(qkv: &[f32], spans: &[SequenceSpan], shape: AttentionShape, out
         // two tasks touch the same value of `out`.
         unsafe {
             gemm(
-                len, d, len,
-                out_ptr.at(span.start * width + head * d), 1, width as isize, false,
-                scores.as_ptr(), 1, len as isize,
-                qkv.as_ptr().add(base + 2 * width), 1, stride,
-                0.0, 1.0, false, false, false, Parallelism::None,
+                len,
+                d,
+                len,
+                out_ptr.at(span.start * width + head * d),
+                1,
+                width as isize,
+                false,
+                scores.as_ptr(),
+                1,
+                len as isize,
+                qkv.as_ptr().add(base + 2 * width),
+                1,
+                stride,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
             );
         }
     });

@@ -91,10 +91,8 @@ impl MaxSimKernel {
         let prelude = if f16 { "enable f16;\nalias PageElem = f16;\n" } else { "alias PageElem = f32;\n" };
         let source = format!("{prelude}{SHADER}");
         let (segment_max, page_sum) = ctx.checked(|| {
-            let module = ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("maxsim.wgsl"),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
+            let module =
+                ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("maxsim.wgsl"), source: wgpu::ShaderSource::Wgsl(source.into()) });
             let pipeline = |entry: &str| {
                 ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(entry),
@@ -275,10 +273,8 @@ impl MaxSimKernel {
                         mapped_at_creation: false,
                     });
                     let bind = |pipeline: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::Buffer)]| {
-                        let entries: Vec<wgpu::BindGroupEntry> = entries
-                            .iter()
-                            .map(|(binding, buf)| wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() })
-                            .collect();
+                        let entries: Vec<wgpu::BindGroupEntry> =
+                            entries.iter().map(|(binding, buf)| wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() }).collect();
                         device.create_bind_group(&wgpu::BindGroupDescriptor {
                             label: Some("maxsim"),
                             layout: &pipeline.get_bind_group_layout(0),

@@ -63,15 +63,13 @@ fn attention_reference(qkv: &[f32], spans: &[SequenceSpan], heads: usize, d: usi
     for span in spans {
         for h in 0..heads {
             for qi in span.start..span.start + span.len {
-                let scores: Vec<f64> = (span.start..span.start + span.len)
-                    .map(|ki| (0..d).map(|i| at(qi, 0, h, i) * at(ki, 1, h, i)).sum::<f64>() / (d as f64).sqrt())
-                    .collect();
+                let scores: Vec<f64> =
+                    (span.start..span.start + span.len).map(|ki| (0..d).map(|i| at(qi, 0, h, i) * at(ki, 1, h, i)).sum::<f64>() / (d as f64).sqrt()).collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                 let sum: f64 = exps.iter().sum();
                 for i in 0..d {
-                    out[qi * width + h * d + i] =
-                        exps.iter().enumerate().map(|(j, e)| e / sum * at(span.start + j, 2, h, i)).sum();
+                    out[qi * width + h * d + i] = exps.iter().enumerate().map(|(j, e)| e / sum * at(span.start + j, 2, h, i)).sum();
                 }
             }
         }

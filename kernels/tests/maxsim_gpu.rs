@@ -8,8 +8,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn gpu() -> Arc<GpuContext> {
     static GPU: OnceLock<Arc<GpuContext>> = OnceLock::new();
-    GPU.get_or_init(|| GpuContext::new(AdapterChoice::Any).expect("a wgpu adapter (set-up installs Mesa's lavapipe)"))
-        .clone()
+    GPU.get_or_init(|| GpuContext::new(AdapterChoice::Any).expect("a wgpu adapter (set-up installs Mesa's lavapipe)")).clone()
 }
 
 fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {

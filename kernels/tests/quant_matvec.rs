@@ -136,11 +136,7 @@ fn reference_dequantize(encoding: BlockEncoding, raw: &[u8]) -> Vec<f32> {
 /// Shapes per block size: one row; a row count that leaves a partial thread task; widths of
 /// the Qwen2.5 (896, 1536, 4864) and SmolLM2 (576) models, and odd block counts.
 fn shapes(encoding: BlockEncoding) -> Vec<(usize, usize)> {
-    if encoding.block_weights() == 256 {
-        vec![(1, 256), (67, 768), (193, 2304), (130, 1536)]
-    } else {
-        vec![(1, 32), (67, 96), (193, 576), (130, 896)]
-    }
+    if encoding.block_weights() == 256 { vec![(1, 256), (67, 768), (193, 2304), (130, 1536)] } else { vec![(1, 32), (67, 96), (193, 576), (130, 896)] }
 }
 
 fn dense_product(w: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
@@ -194,9 +190,7 @@ fn block_matvec_equals_the_dequantised_product() {
                 let (exact, rounding) = match &rounded {
                     Some(xr) => {
                         let amax: Vec<f64> = x.chunks(32).map(|r| r.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))).collect();
-                        let bound: Vec<f64> = (0..rows)
-                            .map(|r| (0..cols).map(|i| f64::from(dense[r * cols + i].abs()) * amax[i / 32] / 254.0).sum())
-                            .collect();
+                        let bound: Vec<f64> = (0..rows).map(|r| (0..cols).map(|i| f64::from(dense[r * cols + i].abs()) * amax[i / 32] / 254.0).sum()).collect();
                         (dense_product(&dense, xr, rows, cols).0, bound)
                     }
                     None => (want.clone(), vec![0.0; rows]),

@@ -51,12 +51,7 @@ impl Appliance {
     /// Runs `evident ARGS`, asserts success and returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "evident {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "evident {args:?} failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).expect("utf-8 output")
     }
 
@@ -97,9 +92,7 @@ pub fn block_text(block: &serde_json::Value) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|l| {
-            l["words"].as_array().into_iter().flatten().filter_map(|w| w["text"].as_str()).collect::<Vec<_>>().join(" ")
-        })
+        .map(|l| l["words"].as_array().into_iter().flatten().filter_map(|w| w["text"].as_str()).collect::<Vec<_>>().join(" "))
         .collect::<Vec<_>>()
         .join("\n")
 }

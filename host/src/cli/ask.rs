@@ -75,7 +75,10 @@ fn print_outcome(o: &Outcome, trace: bool, json: bool) -> Result<()> {
         }
         println!();
         for s in &o.trace {
-            println!("{:<10} {:<18} {:>9.0} ms  {:>3} calls {:>7} tokens ({} read from the prompt cache)", s.stage, s.plugin, s.ms, s.llm_calls, s.tokens, s.reused_tokens);
+            println!(
+                "{:<10} {:<18} {:>9.0} ms  {:>3} calls {:>7} tokens ({} read from the prompt cache)",
+                s.stage, s.plugin, s.ms, s.llm_calls, s.tokens, s.reused_tokens
+            );
             println!("    in:  {}", s.input);
             println!("    out: {}", s.output);
         }

@@ -117,9 +117,7 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Ingest(args) => bench_ingest(ctx, args),
         BenchCommand::Encoder(args) => bench_encoder(ctx, args),
-        BenchCommand::Generate(args) => {
-            super::bench_generate::run(ctx, &args.backends, args.prompt_tokens, args.decode_tokens, args.python.as_deref())
-        }
+        BenchCommand::Generate(args) => super::bench_generate::run(ctx, &args.backends, args.prompt_tokens, args.decode_tokens, args.python.as_deref()),
         BenchCommand::Stages(args) => super::bench_stages::run(ctx, args.calls, &args.profile, &args.question),
         BenchCommand::Http(args) => super::bench_http::run(ctx, args),
         BenchCommand::Search(args) => super::bench_search::run(ctx, args),
@@ -130,10 +128,8 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
 fn bench_ingest(ctx: &Context, args: BenchIngestArgs) -> Result<ExitCode> {
     let files = collect_pdfs(&args.paths)?;
     let reader = ctx.pdf_reader()?;
-    let docs: Vec<(PathBuf, Vec<u8>)> = files
-        .into_iter()
-        .map(|p| std::fs::read(&p).map(|b| (p.clone(), b)).with_context(|| format!("cannot read {}", p.display())))
-        .collect::<Result<_>>()?;
+    let docs: Vec<(PathBuf, Vec<u8>)> =
+        files.into_iter().map(|p| std::fs::read(&p).map(|b| (p.clone(), b)).with_context(|| format!("cannot read {}", p.display()))).collect::<Result<_>>()?;
     let mut rows = Vec::new();
     for (label, image_px) in [("text + boxes", None), ("text + boxes + images", Some(ctx.config.ingest.page_image_max_px))] {
         let started = Instant::now();
@@ -150,10 +146,7 @@ fn bench_ingest(ctx: &Context, args: BenchIngestArgs) -> Result<ExitCode> {
         rows.push((label, pages, secs));
     }
     if args.json {
-        let out: Vec<_> = rows
-            .iter()
-            .map(|(l, p, s)| serde_json::json!({ "mode": l, "pages": p, "seconds": s, "pages_per_s": *p as f64 / s }))
-            .collect();
+        let out: Vec<_> = rows.iter().map(|(l, p, s)| serde_json::json!({ "mode": l, "pages": p, "seconds": s, "pages_per_s": *p as f64 / s })).collect();
         println!("{}", serde_json::to_string(&out)?);
     } else {
         println!("{:<24} {:>7} {:>9} {:>9}", "evident", "pages", "seconds", "pages/s");
@@ -168,9 +161,7 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
     let reader = ctx.pdf_reader()?;
     let bytes = std::fs::read(&args.pdf).with_context(|| format!("cannot read {}", args.pdf.display()))?;
     let pdf = reader.open(&bytes, None)?;
-    let texts: Vec<String> = (1..=pdf.page_count().min(args.pages))
-        .map(|n| pdf.read_page(n, None).map(|(p, _)| p.text()))
-        .collect::<Result<_, _>>()?;
+    let texts: Vec<String> = (1..=pdf.page_count().min(args.pages)).map(|n| pdf.read_page(n, None).map(|(p, _)| p.text())).collect::<Result<_, _>>()?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut rows = Vec::new();
     let dir = ctx.config.models_dir.join("all-minilm-l6-v2");
@@ -198,8 +189,8 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
         let dir = tempfile::tempdir()?;
         let file = dir.path().join("texts.json");
         std::fs::write(&file, serde_json::to_string(&texts)?)?;
-        let out = std::process::Command::new(python).arg("benches/encoder_st.py").arg(&file).output()
-            .with_context(|| format!("cannot run {}", python.display()))?;
+        let out =
+            std::process::Command::new(python).arg("benches/encoder_st.py").arg(&file).output().with_context(|| format!("cannot run {}", python.display()))?;
         anyhow::ensure!(out.status.success(), "sentence-transformers failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         rows.push((

@@ -50,8 +50,7 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
             "wgpu" => (ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true }, CpuPromptPass::Native),
             other => bail!("unknown backend {other}; use cpu, burn-cpu or wgpu"),
         };
-        let generator =
-            EmbeddedGenerator::load_with(&path, &compute, prompt_pass).with_context(|| format!("loading {}", path.display()))?;
+        let generator = EmbeddedGenerator::load_with(&path, &compute, prompt_pass).with_context(|| format!("loading {}", path.display()))?;
         if prompt_ids.is_empty() {
             let text = PROSE.repeat(prompt_tokens / 60 + 2);
             prompt_ids = generator.tokenizer().encode(&text)?;
@@ -148,9 +147,5 @@ fn measure_reuse(generator: &EmbeddedGenerator, prompt: &[u32], engine: &str) ->
 /// The process's peak resident memory (VmHWM), in MiB.
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok()).map_or(0.0, |kib| kib / 1024.0)
 }

@@ -86,8 +86,16 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
         bail!("the server holds none of the questions' documents indexed; ingest them (`evident ingest ../shared/bench/docs`) first");
     }
     let pages: u64 = ready.iter().map(|(_, p)| p).sum();
-    println!("{} of {all} questions (their documents are indexed on the server: {} documents, {pages} pages), {} s a level, against {url}", questions.len(), ready.len(), args.seconds);
-    println!("{:>7} {:>8} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}", "clients", "requests", "ok", "429", "other", "ok q/s", "p50 s", "p99 s", "RSS0 MiB", "peak MiB");
+    println!(
+        "{} of {all} questions (their documents are indexed on the server: {} documents, {pages} pages), {} s a level, against {url}",
+        questions.len(),
+        ready.len(),
+        args.seconds
+    );
+    println!(
+        "{:>7} {:>8} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "clients", "requests", "ok", "429", "other", "ok q/s", "p50 s", "p99 s", "RSS0 MiB", "peak MiB"
+    );
     let questions = Arc::new(questions);
     let next = Arc::new(AtomicUsize::new(0));
     let mut rss_start = before;
@@ -109,7 +117,12 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
                             body["profile"] = json!(p);
                         }
                         let t = Instant::now();
-                        let status = match agent.post(format!("{url}/v1/query")).header("Authorization", &format!("Bearer {token}")).header("Content-Type", "application/json").send(body.to_string()) {
+                        let status = match agent
+                            .post(format!("{url}/v1/query"))
+                            .header("Authorization", &format!("Bearer {token}"))
+                            .header("Content-Type", "application/json")
+                            .send(body.to_string())
+                        {
                             Ok(mut r) => {
                                 let _ = r.body_mut().read_to_vec();
                                 r.status().as_u16()

@@ -53,11 +53,24 @@ pub fn run(sizes: Vec<usize>, query_tokens: usize, dim: usize, python: &Path, no
     };
     let (peak, peak_how) = peak_gflops();
     println!("MaxSim, {dim} dims, {query_tokens} query tokens, pages of {}-{} tokens (f16 storage)", PAGE_TOKENS.start, PAGE_TOKENS.end - 1);
-    println!("CPU path: {} on {} threads; peak {peak:.0} GFLOP/s = {peak_how}", cpu_features(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "CPU path: {} on {} threads; peak {peak:.0} GFLOP/s = {peak_how}",
+        cpu_features(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
     if let Some(ctx) = &gpu {
-        println!("WGSL kernel on {} ({:?}, {:?}{})", ctx.info.name, ctx.info.backend, ctx.info.device_type, if ctx.is_software() { ", a software rasteriser: a correctness path, not a speed path" } else { "" });
+        println!(
+            "WGSL kernel on {} ({:?}, {:?}{})",
+            ctx.info.name,
+            ctx.info.backend,
+            ctx.info.device_type,
+            if ctx.is_software() { ", a software rasteriser: a correctness path, not a speed path" } else { "" }
+        );
     }
-    println!("\n{:>7} {:>10}  {:>14} {:>7}  {:>14}  {:>14} {:>14}  {:>9}", "pages", "vectors", "CPU M vec/s", "%peak", "WGSL M vec/s", "np padded", "np flat", "CPU/flat");
+    println!(
+        "\n{:>7} {:>10}  {:>14} {:>7}  {:>14}  {:>14} {:>14}  {:>9}",
+        "pages", "vectors", "CPU M vec/s", "%peak", "WGSL M vec/s", "np padded", "np flat", "CPU/flat"
+    );
     let mut rng = StdRng::seed_from_u64(42);
     for &n in &sizes {
         let mut pages = PageVectors::new(dim);

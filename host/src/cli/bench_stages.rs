@@ -33,10 +33,8 @@ pub fn run(ctx: &Context, calls: usize, profile: &str, question: &str) -> Result
     let rerank = resolved.components.get(&StageKind::Rerank).map(|(_, c)| c.clone()).ok_or_else(|| anyhow::anyhow!("profile hievi has no rerank stage"))?;
     let candidates: Vec<Candidate> =
         (1..=20).map(|p| Candidate { page: PageRef { document: docs[0].id.clone(), page: p }, score: 1.0 / p as f32, rank: p }).collect();
-    let verdicts: Vec<Verdict> = candidates
-        .iter()
-        .map(|c| Verdict { page: c.page.clone(), relevant: c.rank % 3 == 0, label: "T".into(), score: None, notes: String::new() })
-        .collect();
+    let verdicts: Vec<Verdict> =
+        candidates.iter().map(|c| Verdict { page: c.page.clone(), relevant: c.rank % 3 == 0, label: "T".into(), score: None, notes: String::new() }).collect();
     let ctx_ = StageContext { question: question.into(), documents: vec![docs[0].id.clone()], params: vec![] };
     runtime.rerank(&rerank, host.clone(), &ctx_, question, true, &candidates, &verdicts)?;
     let mut times: Vec<f64> = Vec::with_capacity(calls);

@@ -51,11 +51,21 @@ pub fn run(ctx: &Context, args: CheckArgs) -> Result<ExitCode> {
         }
         let Some(state) = &d.index else { continue };
         if has_current_vectors(state) && d.vector_pages != d.doc.page_count {
-            findings.push(Finding { id: d.doc.id.clone(), document: label.clone(), what: format!("token vectors are stored for {} of {} pages", d.vector_pages, d.doc.page_count), mend: Mend::Reindex });
+            findings.push(Finding {
+                id: d.doc.id.clone(),
+                document: label.clone(),
+                what: format!("token vectors are stored for {} of {} pages", d.vector_pages, d.doc.page_count),
+                mend: Mend::Reindex,
+            });
         }
         let indexed = lexical.page_count(&d.doc.id)? as u32;
         if state.lexical && indexed != d.doc.page_count {
-            findings.push(Finding { id: d.doc.id.clone(), document: label.clone(), what: format!("BM25 holds {indexed} of its {} pages", d.doc.page_count), mend: Mend::Reindex });
+            findings.push(Finding {
+                id: d.doc.id.clone(),
+                document: label.clone(),
+                what: format!("BM25 holds {indexed} of its {} pages", d.doc.page_count),
+                mend: Mend::Reindex,
+            });
         }
     }
     for id in &report.damaged_records {

@@ -91,9 +91,7 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
     };
     let page = store.page(&doc, number)?;
     if let Some(out) = &args.image {
-        let png = store
-            .page_image(&doc, number)?
-            .with_context(|| format!("page images of {} were not rendered at ingest", doc.id))?;
+        let png = store.page_image(&doc, number)?.with_context(|| format!("page images of {} were not rendered at ingest", doc.id))?;
         std::fs::write(out, png).with_context(|| format!("cannot write {}", out.display()))?;
     }
     if args.json {
@@ -106,10 +104,7 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
     }
     for (i, b) in page.blocks.iter().enumerate() {
         let style = format!("{:.1}pt{}", b.font_size, if b.bold { " bold" } else { "" });
-        println!(
-            "\n[{i}] ({:.1}, {:.1}, {:.1}, {:.1}) {style}",
-            b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1
-        );
+        println!("\n[{i}] ({:.1}, {:.1}, {:.1}, {:.1}) {style}", b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1);
         for line in &b.lines {
             println!("    {}", line.text());
         }

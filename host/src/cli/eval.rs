@@ -142,11 +142,7 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         let started = Instant::now();
         let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
         for (doc_id, qs) in &groups {
-            let scope: Vec<DocumentRecord> = if args.corpus {
-                docs.clone()
-            } else {
-                docs.iter().filter(|d| d.id == *doc_id).cloned().collect()
-            };
+            let scope: Vec<DocumentRecord> = if args.corpus { docs.clone() } else { docs.iter().filter(|d| d.id == *doc_id).cloned().collect() };
             let texts: Vec<&str> = qs.iter().map(|q| q.question.as_str()).collect();
             let ranked = ranker.rank(&texts, &scope, mode, kmax)?;
             for (q, hits) in qs.iter().zip(ranked) {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use evident::pipeline::accuracy::is_correct;
 use evident::pipeline::RequestHost;
+use evident::pipeline::accuracy::is_correct;
 use evident::retrieval::metrics::{recall_at, rr_at};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -131,8 +131,7 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
     let registry = ctx.registry(store.clone())?;
     let services = ctx.services(store.clone())?;
     let resolved = profiles.iter().map(|name| Ok((name, registry.resolve(name)?))).collect::<Result<Vec<_>>>()?;
-    let wanted: std::collections::HashSet<(&str, &str)> =
-        chosen.iter().flat_map(|q| profiles.iter().map(|p| (p.as_str(), q.qid.as_str()))).collect();
+    let wanted: std::collections::HashSet<(&str, &str)> = chosen.iter().flat_map(|q| profiles.iter().map(|p| (p.as_str(), q.qid.as_str()))).collect();
     let (logged, torn) = match log {
         Some(path) => read_log(path)?,
         None => (Vec::new(), false),
@@ -210,7 +209,11 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
     for r in &records {
         rows.entry(r.profile.clone()).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
     }
-    println!("{} questions ({}), each asked of its own document", chosen.len(), per_source.iter().map(|(s, l)| format!("{s}: {}", l.len().min(chosen.iter().filter(|q| q.source == *s).count()))).collect::<Vec<_>>().join(", "));
+    println!(
+        "{} questions ({}), each asked of its own document",
+        chosen.len(),
+        per_source.iter().map(|(s, l)| format!("{s}: {}", l.len().min(chosen.iter().filter(|q| q.source == *s).count()))).collect::<Vec<_>>().join(", ")
+    );
     let mut header = format!("{:<12} {:>4}", "profile", "n");
     for k in ks {
         header.push_str(&format!(" {:>7}", format!("R@{k}")));

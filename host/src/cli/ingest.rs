@@ -36,8 +36,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     let worker = ctx.pdf_worker()?;
     let options = IngestOptions {
         password: args.password,
-        image_max_px: (ctx.config.ingest.render_images && !args.no_images)
-            .then_some(ctx.config.ingest.page_image_max_px),
+        image_max_px: (ctx.config.ingest.render_images && !args.no_images).then_some(ctx.config.ingest.page_image_max_px),
     };
     let progress = IngestProgress::new(files.len());
     let (mut added, mut present, mut failed, mut pages) = (0, 0, 0, 0u64);
@@ -48,11 +47,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
                 added += 1;
                 pages += u64::from(doc.page_count);
                 to_index.push(doc.clone());
-                let scanned = if doc.pages_without_text > 0 {
-                    format!(", {} without a text layer", doc.pages_without_text)
-                } else {
-                    String::new()
-                };
+                let scanned = if doc.pages_without_text > 0 { format!(", {} without a text layer", doc.pages_without_text) } else { String::new() };
                 progress.println(&format!(
                     "added    {}  {} ({} pages{scanned}{}, {seconds:.1} s)",
                     doc.id,

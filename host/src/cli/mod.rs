@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use evident::config::{ApplianceConfig, ComputeBackend, GeneratorBackend};
 use evident::generate::{EmbeddedGenerator, Generator, RemoteGenerator, embedded_model_path};
-use evident::plugins::StageRuntime;
-use evident::registry::PluginRegistry;
 use evident::ingest::{PdfReader, PdfWorker, ReadLimits};
 use evident::models::{TextEncoder, burn_device};
+use evident::plugins::StageRuntime;
+use evident::registry::PluginRegistry;
 use evident::retrieval::{LexicalIndex, MaxSimBackend, lexical_dir};
 use evident::store::Store;
 use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel};
@@ -151,8 +151,7 @@ pub fn percentile(values: &[f64], p: f64) -> f64 {
 /// Logs go to stderr, filtered by EVIDENT_LOG (default: warnings, without the GPU driver layer's
 /// chatter about backends this box does not have).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("EVIDENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,wgpu_hal=off"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("EVIDENT_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,wgpu_hal=off"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
+use crate::models::gguf::GgufFile;
 use crate::models::{
     CausalAttentionFn, ChatTokenizer, ChatTurn, ComputeDevice, KvCache, Llama, LlamaConfig, LogitsFor, ModelError, NativeDecoder, burn_causal_attention,
     wgsl_causal_attention,
 };
-use crate::models::gguf::GgufFile;
 
 use super::prompt_cache::PromptCache;
 use super::sampling::{Sampler, log_prob};

@@ -94,7 +94,9 @@ pub enum GenerateError {
     Server { status: u16, body: String },
     #[error("the generation server's answer could not be read: {0}")]
     BadResponse(String),
-    #[error("the generation server does not return log-probabilities, so choices cannot be scored; use a server that supports `logprobs` (vLLM, llama.cpp) or the embedded model")]
+    #[error(
+        "the generation server does not return log-probabilities, so choices cannot be scored; use a server that supports `logprobs` (vLLM, llama.cpp) or the embedded model"
+    )]
     NoLogprobs,
     #[error("{0}")]
     Invalid(String),

@@ -56,11 +56,7 @@ impl PromptCache {
         inner.clock += 1;
         let clock = inner.clock;
         let limit = tokens.len().saturating_sub(1);
-        let best = inner
-            .entries
-            .iter_mut()
-            .map(|e| (common_prefix(&e.tokens, tokens).min(limit).min(e.kv.len()), e))
-            .max_by_key(|(n, _)| *n);
+        let best = inner.entries.iter_mut().map(|e| (common_prefix(&e.tokens, tokens).min(limit).min(e.kv.len()), e)).max_by_key(|(n, _)| *n);
         match best {
             Some((n, entry)) if n > 0 => {
                 entry.last_used = clock;

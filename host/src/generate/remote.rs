@@ -20,11 +20,7 @@ pub struct RemoteGenerator {
 impl RemoteGenerator {
     /// A client for `config` (no request is made until one is needed).
     pub fn new(config: RemoteConfig) -> RemoteGenerator {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(config.timeout_s.max(1))))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(config.timeout_s.max(1)))).http_status_as_error(false).build().into();
         RemoteGenerator { config, agent }
     }
 
@@ -167,8 +163,7 @@ impl Generator for RemoteGenerator {
         });
         let v = read_json(self.post(&body)?)?;
         let top = v["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().filter(|t| !t.is_empty()).ok_or(GenerateError::NoLogprobs)?;
-        let listed: Vec<(String, f32)> =
-            top.iter().filter_map(|t| Some((t["token"].as_str()?.trim().to_lowercase(), t["logprob"].as_f64()? as f32))).collect();
+        let listed: Vec<(String, f32)> = top.iter().filter_map(|t| Some((t["token"].as_str()?.trim().to_lowercase(), t["logprob"].as_f64()? as f32))).collect();
         // A choice the server did not list is less likely than everything it listed.
         let floor = listed.iter().map(|t| t.1).fold(0.0f32, f32::min) - 1.0;
         Ok(choices

@@ -148,8 +148,7 @@ fn group_lines(words: Vec<StyledWord>) -> Vec<StyledLine> {
         let joins = match lines.last() {
             Some((_, direction, _, last, _)) => {
                 let size = w.font_size.max(w.frame.height()).max(1.0);
-                let overlap = last.vertical_overlap(&w.frame)
-                    > 0.5 * last.height().min(w.frame.height());
+                let overlap = last.vertical_overlap(&w.frame) > 0.5 * last.height().min(w.frame.height());
                 let gap = w.frame.x0 - last.x1;
                 // A wide gap on one baseline separates table cells and columns.
                 !w.breaks_line && *direction == w.direction && overlap && w.frame.x0 > last.x0 && gap < 2.5 * size
@@ -165,13 +164,7 @@ fn group_lines(words: Vec<StyledWord>) -> Vec<StyledLine> {
                 styles.push((w.font_size, w.bold, len));
             }
         } else {
-            lines.push((
-                Line { bbox: w.word.bbox, words: vec![w.word] },
-                w.direction,
-                w.frame,
-                w.frame,
-                vec![(w.font_size, w.bold, len)],
-            ));
+            lines.push((Line { bbox: w.word.bbox, words: vec![w.word] }, w.direction, w.frame, w.frame, vec![(w.font_size, w.bold, len)]));
         }
     }
     lines
@@ -188,11 +181,7 @@ fn dominant_style(styles: &[(f32, bool, usize)]) -> (f32, bool) {
     let mut best = (0.0f32, false);
     let mut best_count = 0usize;
     for &(size, bold, _) in styles {
-        let count: usize = styles
-            .iter()
-            .filter(|(s, b, _)| (s - size).abs() < 0.5 && *b == bold)
-            .map(|(_, _, n)| n)
-            .sum();
+        let count: usize = styles.iter().filter(|(s, b, _)| (s - size).abs() < 0.5 && *b == bold).map(|(_, _, n)| n).sum();
         if count > best_count {
             best = (size, bold);
             best_count = count;
@@ -240,8 +229,7 @@ fn group_blocks(lines: Vec<StyledLine>) -> Vec<Block> {
 /// horizontally and has the same style; a heading and the paragraph under it stay apart.
 fn continues_block(block: &Block, prev: &StyledLine, line: &StyledLine) -> bool {
     let size = line.font_size.max(line.frame.height()).max(1.0);
-    let same_style = (line.font_size - block.font_size).abs() <= 0.15 * block.font_size.max(1.0)
-        && line.bold == block.bold;
+    let same_style = (line.font_size - block.font_size).abs() <= 0.15 * block.font_size.max(1.0) && line.bold == block.bold;
     let gap = line.frame.y0 - prev.frame.y1;
     let below = gap > -0.3 * size && gap < 0.8 * size;
     let overlaps = prev.frame.horizontal_overlap(&line.frame) > 0.0;
@@ -332,27 +320,13 @@ mod tests {
         let w = size * 0.5;
         for (i, ch) in text.chars().enumerate() {
             let x0 = x + i as f32 * w;
-            out.push(Glyph {
-                ch,
-                bbox: BoundingBox { x0, y0: y, x1: x0 + w, y1: y + size },
-                font_size: size,
-                bold,
-                generated: false,
-                angle: 0.0,
-            });
+            out.push(Glyph { ch, bbox: BoundingBox { x0, y0: y, x1: x0 + w, y1: y + size }, font_size: size, bold, generated: false, angle: 0.0 });
         }
         out
     }
 
     fn newline() -> Glyph {
-        Glyph {
-            ch: '\n',
-            bbox: BoundingBox { x0: 0.0, y0: 0.0, x1: 0.0, y1: 0.0 },
-            font_size: 0.0,
-            bold: false,
-            generated: true,
-            angle: 0.0,
-        }
+        Glyph { ch: '\n', bbox: BoundingBox { x0: 0.0, y0: 0.0, x1: 0.0, y1: 0.0 }, font_size: 0.0, bold: false, generated: true, angle: 0.0 }
     }
 
     #[test]

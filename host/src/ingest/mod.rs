@@ -78,13 +78,7 @@ pub fn collect_pdfs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, IngestError> {
 /// Ingests one PDF, read by a worker of its own. Either the whole document lands in the store
 /// or nothing does. Pages are read before the store's write transaction begins, so a slow or
 /// hostile document never holds the store's single writer.
-pub fn ingest_file(
-    store: &Store,
-    worker: &PdfWorker,
-    path: &Path,
-    options: &IngestOptions,
-    progress: &IngestProgress,
-) -> Result<IngestOutcome, IngestError> {
+pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &IngestOptions, progress: &IngestProgress) -> Result<IngestOutcome, IngestError> {
     let started = Instant::now();
     let bytes = std::fs::read(path).map_err(|source| IngestError::Read { path: path.to_path_buf(), source })?;
     let content_hash = hex(&Sha256::digest(&bytes));
@@ -134,9 +128,7 @@ pub fn ingest_file(
             _ => PdfError::NoReadablePage { count: page_count },
         }));
     }
-    let title = pdf.title().unwrap_or_else(|| {
-        path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
-    });
+    let title = pdf.title().unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
     let outline = pdf.outline();
     drop(pdf);
 

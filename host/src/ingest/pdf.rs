@@ -30,9 +30,13 @@ pub enum PdfError {
     Page { page: u32, reason: String },
     #[error("page {page} cannot be rendered ({reason})")]
     Render { page: u32, reason: String },
-    #[error("took longer than {seconds} s {what}; it may be damaged or hostile (the limits are open_timeout_s, page_timeout_s and document_timeout_s in [ingest])")]
+    #[error(
+        "took longer than {seconds} s {what}; it may be damaged or hostile (the limits are open_timeout_s, page_timeout_s and document_timeout_s in [ingest])"
+    )]
     TimedOut { seconds: u64, what: String },
-    #[error("crashed PDFium ({signal}); it may be damaged or hostile, or need more than the {memory_mib} MiB a document may use (worker_memory_mib in [ingest])")]
+    #[error(
+        "crashed PDFium ({signal}); it may be damaged or hostile, or need more than the {memory_mib} MiB a document may use (worker_memory_mib in [ingest])"
+    )]
     Crashed { signal: String, memory_mib: u64 },
     #[error("has no page PDFium can find; it may be damaged")]
     NoPages,
@@ -58,10 +62,7 @@ pub struct OpenPdf<'a> {
 impl PdfReader {
     /// Binds the PDFium shared library at `library`.
     pub fn new(library: &Path) -> Result<PdfReader, PdfError> {
-        let bindings = Pdfium::bind_to_library(library).map_err(|e| PdfError::Library {
-            path: library.display().to_string(),
-            reason: format!("{e:?}"),
-        })?;
+        let bindings = Pdfium::bind_to_library(library).map_err(|e| PdfError::Library { path: library.display().to_string(), reason: format!("{e:?}") })?;
         Ok(PdfReader { pdfium: Pdfium::new(bindings) })
     }
 
@@ -71,12 +72,14 @@ impl PdfReader {
         let truncated = check_envelope(bytes)?;
         let doc = self.pdfium.load_pdf_from_byte_slice(bytes, password).map_err(|e| match e {
             PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::PasswordError) => {
-                if password.is_some() { PdfError::WrongPassword } else { PdfError::NeedsPassword }
+                if password.is_some() {
+                    PdfError::WrongPassword
+                } else {
+                    PdfError::NeedsPassword
+                }
             }
             _ if truncated => PdfError::Truncated,
-            PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FormatError) => {
-                PdfError::Damaged("its structure is invalid".into())
-            }
+            PdfiumError::PdfiumLibraryInternalError(PdfiumInternalError::FormatError) => PdfError::Damaged("its structure is invalid".into()),
             other => PdfError::Damaged(pdfium_reason(&other)),
         })?;
         Ok(OpenPdf { doc, truncated })
@@ -130,11 +133,7 @@ impl OpenPdf<'_> {
 
     /// The title from the PDF's metadata, when it has a non-empty one.
     pub fn title(&self) -> Option<String> {
-        self.doc
-            .metadata()
-            .get(PdfDocumentMetadataTagType::Title)
-            .map(|t| t.value().trim().to_string())
-            .filter(|t| !t.is_empty())
+        self.doc.metadata().get(PdfDocumentMetadataTagType::Title).map(|t| t.value().trim().to_string()).filter(|t| !t.is_empty())
     }
 
     /// The bookmarks, flattened depth-first with their levels.
@@ -172,11 +171,7 @@ fn walk_outline(mut node: Option<PdfBookmark<'_>>, level: u32, out: &mut Vec<Out
         if out.len() >= MAX_OUTLINE_ENTRIES || level > MAX_OUTLINE_DEPTH {
             return;
         }
-        let page = bookmark
-            .destination()
-            .and_then(|d| d.page_index().ok())
-            .and_then(|i| u32::try_from(i).ok())
-            .map(|i| i + 1);
+        let page = bookmark.destination().and_then(|d| d.page_index().ok()).and_then(|i| u32::try_from(i).ok()).map(|i| i + 1);
         let title = bookmark.title().unwrap_or_default().trim().to_string();
         out.push(OutlineEntry { title, level, page });
         walk_outline(bookmark.first_child(), level + 1, out);
@@ -279,11 +274,8 @@ fn render_png(page: &PdfPage<'_>, width: f32, height: f32, max_px: u32) -> Resul
     let rgba = bitmap.as_rgba_bytes();
     let rgb: Vec<u8> = rgba.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
     let mut png = Vec::new();
-    let encoder = image::codecs::png::PngEncoder::new_with_quality(
-        &mut png,
-        image::codecs::png::CompressionType::Fast,
-        image::codecs::png::FilterType::Adaptive,
-    );
+    let encoder =
+        image::codecs::png::PngEncoder::new_with_quality(&mut png, image::codecs::png::CompressionType::Fast, image::codecs::png::FilterType::Adaptive);
     image::ImageEncoder::write_image(encoder, &rgb, bw, bh, image::ExtendedColorType::Rgb8).map_err(|e| e.to_string())?;
     Ok(png)
 }

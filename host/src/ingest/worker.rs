@@ -142,12 +142,7 @@ impl PdfWorker {
 
     fn spawn(&self) -> Result<Child, PdfError> {
         let mut cmd = Command::new(&self.program);
-        cmd.arg(WORKER_SUBCOMMAND)
-            .arg("--library")
-            .arg(&self.library)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.arg(WORKER_SUBCOMMAND).arg("--library").arg(&self.library).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         let memory = self.limits.memory_mib.saturating_mul(1 << 20);
         // SAFETY: between fork and exec only async-signal-safe calls (setrlimit, prctl).
         unsafe {
@@ -218,11 +213,7 @@ impl WorkerDocument {
     /// Sends one request and waits for its reply within `limit` and the document's deadline.
     fn call(&mut self, request: &Request, limit: Duration, what: &str) -> Result<Reply, PdfError> {
         let left = self.limits.document.saturating_sub(self.started.elapsed());
-        let (wait, seconds, what) = if left < limit {
-            (left, self.limits.document.as_secs(), "to read")
-        } else {
-            (limit, limit.as_secs(), what)
-        };
+        let (wait, seconds, what) = if left < limit { (left, self.limits.document.as_secs(), "to read") } else { (limit, limit.as_secs(), what) };
         if write_frame(&mut self.stdin, request).is_err() {
             return Err(self.ended());
         }

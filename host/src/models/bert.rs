@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use burn::prelude::*;
-use burn::tensor::module as ops;
 use burn::tensor::activation;
+use burn::tensor::module as ops;
 use safetensors::{Dtype, SafeTensors};
 use thiserror::Error;
 
@@ -96,8 +96,7 @@ pub struct Bert {
 /// Reads `config.json` and the bytes of `model.safetensors` from `dir`.
 pub(crate) fn read_model_files(dir: &Path) -> Result<(BertConfig, Vec<u8>), ModelError> {
     let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path)
-        .map_err(|source| ModelError::Read { path: config_path.display().to_string(), source })?;
+    let text = std::fs::read_to_string(&config_path).map_err(|source| ModelError::Read { path: config_path.display().to_string(), source })?;
     let config: BertConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config(e.to_string()))?;
     let path = dir.join("model.safetensors");
     let bytes = std::fs::read(&path).map_err(|source| ModelError::Read { path: path.display().to_string(), source })?;
@@ -106,20 +105,14 @@ pub(crate) fn read_model_files(dir: &Path) -> Result<(BertConfig, Vec<u8>), Mode
 
 /// The tensors in the bytes of `dir`'s model.safetensors.
 pub(crate) fn parse_safetensors<'a>(dir: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, ModelError> {
-    SafeTensors::deserialize(bytes)
-        .map_err(|e| ModelError::Format { path: dir.join("model.safetensors").display().to_string(), message: e.to_string() })
+    SafeTensors::deserialize(bytes).map_err(|e| ModelError::Format { path: dir.join("model.safetensors").display().to_string(), message: e.to_string() })
 }
 
 /// The values of an f32 tensor of the expected shape.
 pub(crate) fn tensor_f32(st: &SafeTensors<'_>, name: &str, expected: &[usize]) -> Result<Vec<f32>, ModelError> {
     let view = st.tensor(name).map_err(|_| ModelError::Missing(name.to_string()))?;
     if view.dtype() != Dtype::F32 || view.shape() != expected {
-        return Err(ModelError::Shape {
-            name: name.to_string(),
-            found: view.dtype(),
-            shape: view.shape().to_vec(),
-            expected: expected.to_vec(),
-        });
+        return Err(ModelError::Shape { name: name.to_string(), found: view.dtype(), shape: view.shape().to_vec(), expected: expected.to_vec() });
     }
     Ok(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
@@ -144,10 +137,7 @@ impl Weights<'_> {
 
     /// PyTorch stores [out, in]; burn multiplies by [in, out].
     fn linear(&self, prefix: &str, inp: usize, out: usize) -> Result<Linear, ModelError> {
-        Ok(Linear {
-            weight: self.t2(&format!("{prefix}.weight"), out, inp)?.transpose(),
-            bias: self.t1(&format!("{prefix}.bias"), out)?,
-        })
+        Ok(Linear { weight: self.t2(&format!("{prefix}.weight"), out, inp)?.transpose(), bias: self.t1(&format!("{prefix}.bias"), out)? })
     }
 
     fn norm(&self, prefix: &str, n: usize, eps: f64) -> Result<LayerNorm, ModelError> {

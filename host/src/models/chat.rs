@@ -1,19 +1,20 @@
 //! A GGUF model's tokenizer (byte-level BPE, rebuilt from its vocabulary and merges) and its
 //! chat template (the Jinja text it ships, rendered with minijinja).
 
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::SplitDelimiterBehavior;
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::ModelError;
 use super::gguf::{GgufError, GgufFile, GgufValue};
 
 /// llama.cpp's split for `pre = qwen2` (the same as Qwen2's tokenizer.json).
-const QWEN2_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str =
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Control tokens that end a turn or the text in the chat models Evident runs.
 const END_TOKENS: [&str; 3] = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"];
@@ -61,10 +62,7 @@ impl ChatTokenizer {
             None => vec![1; tokens.len()],
         };
         let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let merges = merges
-            .iter()
-            .filter_map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
-            .collect();
+        let merges = merges.iter().filter_map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string()))).collect();
         let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let mut tokenizer = Tokenizer::new(bpe);
         let byte_level = ByteLevel::new(false, true, true);
@@ -86,12 +84,8 @@ impl ChatTokenizer {
             other => return Err(ModelError::Tokenizer(format!("the {other} pre-tokenizer is not supported"))),
         }
         tokenizer.with_decoder(Some(ByteLevel::default()));
-        let special: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| matches!(t, 3 | 4))
-            .map(|(tok, t)| AddedToken::from(tok.clone(), *t == 3))
-            .collect();
+        let special: Vec<AddedToken> =
+            tokens.iter().zip(&types).filter(|(_, t)| matches!(t, 3 | 4)).map(|(tok, t)| AddedToken::from(tok.clone(), *t == 3)).collect();
         tokenizer.add_special_tokens(&special);
         let id = |key: &str| file.int(key).ok().map(|v| v as u32);
         let text_of = |i: Option<u32>| i.and_then(|i| tokens.get(i as usize)).cloned().unwrap_or_default();

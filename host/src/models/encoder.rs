@@ -81,9 +81,7 @@ impl TextEncoder {
         let path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
         tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        tokenizer.with_truncation(None).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let id = |t: &str| tokenizer.token_to_id(t).ok_or_else(|| ModelError::Tokenizer(format!("no {t} token")));
         let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
         Ok(TextEncoder { network, tokenizer, cls, sep })
@@ -139,11 +137,7 @@ impl TextEncoder {
             for (k, &t) in kept.iter().enumerate() {
                 slot[t] = k;
             }
-            results.push(TokenVectors {
-                dim,
-                vectors: vec![0.0; kept.len() * dim],
-                tokens: kept.iter().map(|&t| pieces[t].clone()).collect(),
-            });
+            results.push(TokenVectors { dim, vectors: vec![0.0; kept.len() * dim], tokens: kept.iter().map(|&t| pieces[t].clone()).collect() });
             let content = MAX_WINDOW - 2;
             let stride = content - WINDOW_OVERLAP;
             let mut start = 0;

@@ -23,7 +23,9 @@ pub enum GgufError {
     Format(String),
     #[error("the model file lacks {0}")]
     Missing(String),
-    #[error("tensor {name} uses the {kind} encoding, which Evident does not read; use a file quantised with F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K")]
+    #[error(
+        "tensor {name} uses the {kind} encoding, which Evident does not read; use a file quantised with F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K"
+    )]
     Unsupported { name: String, kind: String },
 }
 
@@ -370,8 +372,7 @@ impl GgufFile {
             Source::Bytes(bytes) => Ok(Cow::Borrowed(&bytes[range])),
             Source::File(file) => {
                 let mut out = vec![0u8; range.len()];
-                file.read_exact_at(&mut out, range.start as u64)
-                    .map_err(|source| GgufError::Read { path: format!("(tensor {name})"), source })?;
+                file.read_exact_at(&mut out, range.start as u64).map_err(|source| GgufError::Read { path: format!("(tensor {name})"), source })?;
                 Ok(Cow::Owned(out))
             }
         }

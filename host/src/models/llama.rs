@@ -2,10 +2,10 @@
 //! GGUF file.
 
 use burn::prelude::*;
-use evident_kernels::{QuantMatrix, RopeLayout};
+use burn::tensor::activation;
 use burn::tensor::module as ops;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::activation;
+use evident_kernels::{QuantMatrix, RopeLayout};
 
 use super::ModelError;
 use super::gguf::{GgufError, GgufFile};
@@ -141,9 +141,7 @@ impl KvCache {
                 let width = layers.first().map_or(0, |(k, _)| k.len() / self.len.max(1));
                 KvState::Host(layers.iter().map(|(k, v)| (k[..len * width].to_vec(), v[..len * width].to_vec())).collect())
             }
-            KvState::Device(layers) => {
-                KvState::Device(layers.iter().map(|(k, v)| (k.clone().narrow(2, 0, len), v.clone().narrow(2, 0, len))).collect())
-            }
+            KvState::Device(layers) => KvState::Device(layers.iter().map(|(k, v)| (k.clone().narrow(2, 0, len), v.clone().narrow(2, 0, len))).collect()),
         };
         KvCache { state, len }
     }
@@ -176,9 +174,8 @@ impl KvCache {
             KvState::Empty => Ok(Vec::new()),
             KvState::Host(layers) => Ok(layers),
             KvState::Device(layers) => {
-                let back = |t: Tensor<4>| {
-                    t.swap_dims(1, 2).into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")))
-                };
+                let back =
+                    |t: Tensor<4>| t.swap_dims(1, 2).into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| ModelError::Compute(format!("{e:?}")));
                 layers.into_iter().map(|(k, v)| Ok((back(k)?, back(v)?))).collect()
             }
         }

@@ -167,7 +167,13 @@ pub fn run(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestH
 }
 
 /// [`run`], telling `observer` as each stage starts and ends.
-pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc<RequestHost>, question: &str, observer: &dyn Fn(&StageEvent)) -> Result<Outcome, PipelineError> {
+pub fn run_observed(
+    runtime: &StageRuntime,
+    profile: &ResolvedProfile,
+    host: Arc<RequestHost>,
+    question: &str,
+    observer: &dyn Fn(&StageEvent),
+) -> Result<Outcome, PipelineError> {
     let started = Instant::now();
     let p = &profile.profile;
     if host.documents().is_empty() && !host.unindexed().is_empty() {
@@ -188,10 +194,16 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
     // Decompose (optional): the plan's sub-questions.
     let plan = match profile.components.get(&StageKind::Decompose) {
         Some((name, component)) => {
-            let plan = rec.step("decompose", name, brief(question), || runtime.decompose(component, dyn_host.clone(), &ctx(StageKind::Decompose)), |r| match r {
-                Ok(plan) => plan.sub_questions.iter().map(|q| q.text.clone()).collect::<Vec<_>>().join(" | "),
-                Err(e) => e.to_string(),
-            });
+            let plan = rec.step(
+                "decompose",
+                name,
+                brief(question),
+                || runtime.decompose(component, dyn_host.clone(), &ctx(StageKind::Decompose)),
+                |r| match r {
+                    Ok(plan) => plan.sub_questions.iter().map(|q| q.text.clone()).collect::<Vec<_>>().join(" | "),
+                    Err(e) => e.to_string(),
+                },
+            );
             plan.map_err(stage_err(StageKind::Decompose, name))?
         }
         None => types::Plan { sub_questions: Vec::new(), difficulty: None, notes: String::new() },
@@ -200,10 +212,16 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
     // Retrieve, in one batch for the question and its sub-questions.
     let questions: Vec<&str> = std::iter::once(question).chain(plan.sub_questions.iter().map(|q| q.text.as_str())).collect();
     let docs = host.documents().to_vec();
-    let lists = rec.step("retrieve", "host", format!("{} question(s), k = {}, {:?}", questions.len(), p.retrieve.k, p.retrieve.mode), || host.retrieve(&questions, p.retrieve.mode, p.retrieve.k, &docs), |r| match r {
-        Ok(lists) => lists.iter().map(|l| pages_brief(l)).collect::<Vec<_>>().join(" | "),
-        Err(e) => e.clone(),
-    });
+    let lists = rec.step(
+        "retrieve",
+        "host",
+        format!("{} question(s), k = {}, {:?}", questions.len(), p.retrieve.k, p.retrieve.mode),
+        || host.retrieve(&questions, p.retrieve.mode, p.retrieve.k, &docs),
+        |r| match r {
+            Ok(lists) => lists.iter().map(|l| pages_brief(l)).collect::<Vec<_>>().join(" | "),
+            Err(e) => e.clone(),
+        },
+    );
     let lists = lists.map_err(PipelineError::Host)?;
 
     // Verify and rerank each question's pages.
@@ -211,10 +229,16 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
     for (i, (q, candidates)) in questions.iter().zip(lists).enumerate() {
         let verdicts = match profile.components.get(&StageKind::Verify) {
             Some((name, component)) => {
-                let verdicts = rec.step("verify", name, format!("{} / {}", brief(q), pages_brief(&candidates)), || runtime.verify(component, dyn_host.clone(), &ctx(StageKind::Verify), q, &candidates), |r| match r {
-                    Ok(v) => format!("{} of {} relevant", v.iter().filter(|v| v.relevant).count(), v.len()),
-                    Err(e) => e.to_string(),
-                });
+                let verdicts = rec.step(
+                    "verify",
+                    name,
+                    format!("{} / {}", brief(q), pages_brief(&candidates)),
+                    || runtime.verify(component, dyn_host.clone(), &ctx(StageKind::Verify), q, &candidates),
+                    |r| match r {
+                        Ok(v) => format!("{} of {} relevant", v.iter().filter(|v| v.relevant).count(), v.len()),
+                        Err(e) => e.to_string(),
+                    },
+                );
                 let verdicts = verdicts.map_err(stage_err(StageKind::Verify, name))?;
                 check_pages(verdicts.iter().map(|v| &v.page), &candidates).map_err(stage_err(StageKind::Verify, name))?;
                 verdicts
@@ -223,10 +247,16 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
         };
         let ordered = match profile.components.get(&StageKind::Rerank) {
             Some((name, component)) => {
-                let ordered = rec.step("rerank", name, brief(q), || runtime.rerank(component, dyn_host.clone(), &ctx(StageKind::Rerank), q, i == 0, &candidates, &verdicts), |r| match r {
-                    Ok(list) => pages_brief(list),
-                    Err(e) => e.to_string(),
-                });
+                let ordered = rec.step(
+                    "rerank",
+                    name,
+                    brief(q),
+                    || runtime.rerank(component, dyn_host.clone(), &ctx(StageKind::Rerank), q, i == 0, &candidates, &verdicts),
+                    |r| match r {
+                        Ok(list) => pages_brief(list),
+                        Err(e) => e.to_string(),
+                    },
+                );
                 let ordered = ordered.map_err(stage_err(StageKind::Rerank, name))?;
                 check_pages(ordered.iter().map(|c| &c.page), &candidates).map_err(stage_err(StageKind::Rerank, name))?;
                 ordered
@@ -237,11 +267,18 @@ pub fn run_observed(runtime: &StageRuntime, profile: &ResolvedProfile, host: Arc
     }
 
     // Answer.
-    let (name, component) = profile.components.get(&StageKind::Memory).ok_or_else(|| PipelineError::Profile(format!("profile {} has no memory stage", p.name)))?;
-    let answer = rec.step("memory", name, format!("{} question(s) with evidence", evidence.len()), || runtime.answer(component, dyn_host.clone(), &ctx(StageKind::Memory), &plan, &evidence), |r| match r {
-        Ok(a) => brief(&a.text),
-        Err(e) => e.to_string(),
-    });
+    let (name, component) =
+        profile.components.get(&StageKind::Memory).ok_or_else(|| PipelineError::Profile(format!("profile {} has no memory stage", p.name)))?;
+    let answer = rec.step(
+        "memory",
+        name,
+        format!("{} question(s) with evidence", evidence.len()),
+        || runtime.answer(component, dyn_host.clone(), &ctx(StageKind::Memory), &plan, &evidence),
+        |r| match r {
+            Ok(a) => brief(&a.text),
+            Err(e) => e.to_string(),
+        },
+    );
     let answer = answer.map_err(stage_err(StageKind::Memory, name))?;
     let ranked_pages = evidence.first().map(|e| e.evidence.iter().map(|c| (c.page.document.clone(), c.page.page)).collect()).unwrap_or_default();
     let cited = cite(&host, question, &answer).map_err(stage_err(StageKind::Memory, name))?;
@@ -283,7 +320,12 @@ fn cite(host: &RequestHost, question: &str, answer: &types::Answer) -> Result<Ve
         let title = host.document(&c.page.document).map(|d| d.title.clone()).unwrap_or_default();
         for &b in &c.blocks {
             if b as usize >= record.blocks.len() {
-                return Err(PluginError::BadOutput(format!("it cited block {b} of page {} of {}, which has {} blocks", c.page.page, c.page.document, record.blocks.len())));
+                return Err(PluginError::BadOutput(format!(
+                    "it cited block {b} of page {} of {}, which has {} blocks",
+                    c.page.page,
+                    c.page.document,
+                    record.blocks.len()
+                )));
             }
         }
         // Without cited blocks, the block that best matches the answer (or the quote) stands in.

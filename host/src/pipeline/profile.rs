@@ -64,11 +64,7 @@ impl Profile {
     /// Names of the profiles in `dir`.
     pub fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|it| {
-                it.filter_map(|e| e.ok())
-                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".toml")).map(str::to_string))
-                    .collect()
-            })
+            .map(|it| it.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".toml")).map(str::to_string)).collect())
             .unwrap_or_default();
         names.sort();
         names

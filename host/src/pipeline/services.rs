@@ -1,8 +1,8 @@
 //! What stages reach through the host interface during one request: retrieval, pages,
 //! the generator, a seeded random source; with counts of model calls and tokens for the trace.
 
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -193,11 +193,8 @@ impl StageHost for RequestHost {
     }
 
     fn search(&self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> Result<Vec<Candidate>, String> {
-        let docs: Vec<DocumentRecord> = if documents.is_empty() {
-            self.docs.clone()
-        } else {
-            documents.iter().map(|d| self.document(d).cloned()).collect::<Result<_, _>>()?
-        };
+        let docs: Vec<DocumentRecord> =
+            if documents.is_empty() { self.docs.clone() } else { documents.iter().map(|d| self.document(d).cloned()).collect::<Result<_, _>>()? };
         Ok(self.retrieve(&[query.as_str()], mode_of(mode), k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
     }
 

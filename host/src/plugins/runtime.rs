@@ -176,7 +176,14 @@ impl StageRuntime {
     }
 
     /// Runs a verify stage.
-    pub fn verify(&self, component: &Component, host: Arc<dyn StageHost>, ctx: &types::StageContext, question: &str, candidates: &[types::Candidate]) -> Result<Vec<types::Verdict>, PluginError> {
+    pub fn verify(
+        &self,
+        component: &Component,
+        host: Arc<dyn StageHost>,
+        ctx: &types::StageContext,
+        question: &str,
+        candidates: &[types::Candidate],
+    ) -> Result<Vec<types::Verdict>, PluginError> {
         let mut store = self.store(host)?;
         let stage = bindings::verify::VerifyStage::instantiate(&mut store, component, &self.linker).map_err(|e| self.failure(e))?;
         stage.call_verify(&mut store, ctx, question, candidates).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
@@ -200,7 +207,14 @@ impl StageRuntime {
     }
 
     /// Runs a memory (answer) stage.
-    pub fn answer(&self, component: &Component, host: Arc<dyn StageHost>, ctx: &types::StageContext, plan: &types::Plan, evidence: &[types::QuestionEvidence]) -> Result<types::Answer, PluginError> {
+    pub fn answer(
+        &self,
+        component: &Component,
+        host: Arc<dyn StageHost>,
+        ctx: &types::StageContext,
+        plan: &types::Plan,
+        evidence: &[types::QuestionEvidence],
+    ) -> Result<types::Answer, PluginError> {
         let mut store = self.store(host)?;
         let stage = bindings::memory::MemoryStage::instantiate(&mut store, component, &self.linker).map_err(|e| self.failure(e))?;
         stage.call_answer(&mut store, ctx, plan, evidence).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)

@@ -40,9 +40,8 @@ impl LexicalIndex {
         let mut schema = Schema::builder();
         let doc_field = schema.add_text_field("doc", STRING | STORED);
         let page_field = schema.add_u64_field("page", STORED);
-        let text = TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default().set_tokenizer("en_stem").set_index_option(IndexRecordOption::WithFreqsAndPositions),
-        );
+        let text = TextOptions::default()
+            .set_indexing_options(TextFieldIndexing::default().set_tokenizer("en_stem").set_index_option(IndexRecordOption::WithFreqsAndPositions));
         let text_field = schema.add_text_field("text", text);
         let schema = schema.build();
         let directory = tantivy::directory::MmapDirectory::open(dir).map_err(|e| open_err(e.into()))?;

@@ -12,13 +12,7 @@ pub fn recall_at(ranked: &[u32], gold: &[u32], k: usize) -> f64 {
 
 /// NDCG@K: DCG of the first `k` retrieved over the DCG of an ideal ranking.
 pub fn ndcg_at(ranked: &[u32], gold: &[u32], k: usize) -> f64 {
-    let dcg: f64 = ranked
-        .iter()
-        .take(k)
-        .enumerate()
-        .filter(|(_, r)| gold.contains(r))
-        .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
-        .sum();
+    let dcg: f64 = ranked.iter().take(k).enumerate().filter(|(_, r)| gold.contains(r)).map(|(i, _)| 1.0 / ((i + 2) as f64).log2()).sum();
     let ideal: f64 = (0..gold.len().min(k)).map(|i| 1.0 / ((i + 2) as f64).log2()).sum();
     if ideal == 0.0 { 0.0 } else { dcg / ideal }
 }

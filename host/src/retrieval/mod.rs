@@ -105,12 +105,7 @@ pub fn lexical_dir(data_dir: &Path) -> std::path::PathBuf {
 }
 
 /// Brings one document's retrieval indexes up to date; returns whether anything was done.
-pub fn index_document(
-    store: &Store,
-    lexical: &LexicalIndex,
-    encoder: &TextEncoder,
-    doc: &DocumentRecord,
-) -> Result<bool, RetrievalError> {
+pub fn index_document(store: &Store, lexical: &LexicalIndex, encoder: &TextEncoder, doc: &DocumentRecord) -> Result<bool, RetrievalError> {
     index_document_with(store, lexical, encoder, doc, &|_| {})
 }
 
@@ -133,9 +128,7 @@ pub fn index_document_with(
     if !wants_vectors && state.lexical {
         return Ok(false);
     }
-    let pages: Vec<(u32, String)> = (1..=doc.page_count)
-        .map(|n| store.page(doc, n).map(|p| (n, p.text())))
-        .collect::<Result<_, _>>()?;
+    let pages: Vec<(u32, String)> = (1..=doc.page_count).map(|n| store.page(doc, n).map(|p| (n, p.text()))).collect::<Result<_, _>>()?;
     if !state.lexical {
         lexical.replace_document(&doc.id, &pages)?;
         state.lexical = true;
@@ -234,8 +227,7 @@ impl Ranker<'_> {
             }
         }
         let ids: Vec<String> = docs.iter().map(|d| d.id.clone()).collect();
-        let position: std::collections::HashMap<(&str, u32), usize> =
-            pages.iter().enumerate().map(|(i, (d, n))| ((ids[*d].as_str(), *n), i)).collect();
+        let position: std::collections::HashMap<(&str, u32), usize> = pages.iter().enumerate().map(|(i, (d, n))| ((ids[*d].as_str(), *n), i)).collect();
         let mut out = Vec::with_capacity(questions.len());
         for (q, question) in questions.iter().enumerate() {
             let mut scores = match mode {
@@ -261,10 +253,7 @@ impl Ranker<'_> {
                 // Pages BM25 never matched stay at 0 and are ranked after every match.
                 scores.iter_mut().for_each(|s| *s = s.max(0.0));
             }
-            let hits = top_k(&scores, k)
-                .into_iter()
-                .map(|i| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score: scores[i] })
-                .collect();
+            let hits = top_k(&scores, k).into_iter().map(|i| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score: scores[i] }).collect();
             out.push(hits);
         }
         Ok(out)

@@ -8,9 +8,8 @@ use crate::store::PageRecord;
 const SNIPPET_CHARS: usize = 240;
 
 const STOP_WORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "has", "have", "how", "in", "is",
-    "it", "its", "of", "on", "or", "that", "the", "their", "this", "to", "was", "were", "what", "when", "which", "who",
-    "why", "with",
+    "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "has", "have", "how", "in", "is", "it", "its", "of", "on", "or",
+    "that", "the", "their", "this", "to", "was", "were", "what", "when", "which", "who", "why", "with",
 ];
 
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {

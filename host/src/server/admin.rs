@@ -78,7 +78,9 @@ pub async fn install_plugin(State(state): State<Arc<AppState>>, Query(q): Query<
     let record = tokio::task::spawn_blocking(move || s.registry.install(&body, &name, &version, kind)).await.map_err(join_err)?;
     // A component the host refuses is the client's mistake, not the server's.
     let record = record.map_err(|e| match e {
-        PipelineError::Stage { .. } | PipelineError::Host(_) | PipelineError::Profile(_) | PipelineError::NotReady(_) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        PipelineError::Stage { .. } | PipelineError::Host(_) | PipelineError::Profile(_) | PipelineError::NotReady(_) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+        }
     })?;
     Ok((StatusCode::CREATED, Json(json!({ "plugin": record }))).into_response())
 }
@@ -92,7 +94,11 @@ pub struct SwapRequest {
 
 /// `PUT /v1/profiles/{name}/stages/{stage}` `{"plugin": P}`: the stage runs P for every request
 /// that starts from now on; running ones finish on the old plugin.
-pub async fn swap_stage(State(state): State<Arc<AppState>>, Path((profile, stage)): Path<(String, String)>, body: Result<Json<SwapRequest>, JsonRejection>) -> Result<Json<Value>, ApiError> {
+pub async fn swap_stage(
+    State(state): State<Arc<AppState>>,
+    Path((profile, stage)): Path<(String, String)>,
+    body: Result<Json<SwapRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
     let Json(req) = body?;
     let kind = stage_kind(&stage)?;
     let s = state.clone();

@@ -13,10 +13,8 @@ use crate::config::Role;
 /// The role of the request's token, or why it has none.
 fn role_of(state: &AppState, request: &Request) -> Result<Role, ApiError> {
     let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
-    let value = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\""))?;
+    let value =
+        request.headers().get(header::AUTHORIZATION).ok_or_else(|| unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\""))?;
     let token = value
         .to_str()
         .ok()

@@ -67,7 +67,8 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// `POST /v1/chat/completions`
 pub async fn completions(State(state): State<Arc<AppState>>, body: Result<Json<ChatRequest>, JsonRejection>) -> Result<Response, ApiError> {
     let Json(req) = body?;
-    let question = req.messages.iter().rev().find(|m| m.role == "user").map(|m| text_of(&m.content)).ok_or_else(|| ApiError::bad_request("no user message to answer"))?;
+    let question =
+        req.messages.iter().rev().find(|m| m.role == "user").map(|m| text_of(&m.content)).ok_or_else(|| ApiError::bad_request("no user message to answer"))?;
     let profiles = Profile::names(&state.config.plugins.profiles_dir);
     let profile = profiles.iter().find(|p| **p == req.model).cloned();
     let prepared = prepare(&state, &question, &req.documents, profile.as_deref(), 0)?;

@@ -132,7 +132,11 @@ fn parse_boxes(text: &str) -> Result<Vec<[f32; 4]>, ApiError> {
     text.split(';')
         .filter(|b| !b.trim().is_empty())
         .map(|b| {
-            let v: Vec<f32> = b.split(',').map(|x| x.trim().parse::<f32>()).collect::<Result<_, _>>().map_err(|_| ApiError::bad_request(format!("box {b:?} is not x0,y0,x1,y1")))?;
+            let v: Vec<f32> = b
+                .split(',')
+                .map(|x| x.trim().parse::<f32>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| ApiError::bad_request(format!("box {b:?} is not x0,y0,x1,y1")))?;
             match v.as_slice() {
                 [x0, y0, x1, y1] if v.iter().all(|x| x.is_finite()) => Ok([*x0, *y0, *x1, *y1]),
                 _ => Err(ApiError::bad_request(format!("box {b:?} is not x0,y0,x1,y1"))),
@@ -148,7 +152,10 @@ pub async fn page_image(State(state): State<Arc<AppState>>, Path((id, n)): Path<
     if n == 0 || n > doc.page_count {
         return Err(ApiError::not_found(format!("document {id} has no page {n} (it has {})", doc.page_count)));
     }
-    let png = state.store.page_image(&doc, n)?.ok_or_else(|| ApiError::not_found(format!("no image is stored for page {n} of {id}: it was ingested without page images")))?;
+    let png = state
+        .store
+        .page_image(&doc, n)?
+        .ok_or_else(|| ApiError::not_found(format!("no image is stored for page {n} of {id}: it was ingested without page images")))?;
     let boxes = parse_boxes(q.boxes.as_deref().unwrap_or(""))?;
     let png = if boxes.is_empty() {
         png
@@ -161,7 +168,9 @@ pub async fn page_image(State(state): State<Arc<AppState>>, Path((id, n)): Path<
 
 /// Draws rectangle outlines (PDF points) on a page image whose width spans `page_width` points.
 fn draw_boxes(png: &[u8], page_width: f32, boxes: &[[f32; 4]]) -> Result<Vec<u8>, ApiError> {
-    let mut img = image::load_from_memory_with_format(png, image::ImageFormat::Png).map_err(|e| ApiError::internal(format!("the stored page image is damaged: {e}")))?.to_rgba8();
+    let mut img = image::load_from_memory_with_format(png, image::ImageFormat::Png)
+        .map_err(|e| ApiError::internal(format!("the stored page image is damaged: {e}")))?
+        .to_rgba8();
     let (w, h) = img.dimensions();
     let scale = w as f32 / page_width.max(1.0);
     let thickness = (w / 300).max(2);

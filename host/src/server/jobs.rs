@@ -16,8 +16,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use super::error::ApiError;
 use super::Metrics;
+use super::error::ApiError;
 use super::metrics::JobLabels;
 use crate::ingest::{IngestError, IngestOptions, IngestOutcome, IngestProgress, PdfWorker, ingest_file};
 use crate::pipeline::Services;
@@ -369,7 +369,12 @@ pub fn uploads_dir(data_dir: &std::path::Path) -> PathBuf {
 
 /// Removes a document: its kept upload first (so that a restart cannot read it back in), then
 /// its BM25 entries, then everything the store holds for it.
-pub fn remove_document(store: &crate::store::Store, lexical: &crate::retrieval::LexicalIndex, data_dir: &std::path::Path, doc: &DocumentRecord) -> Result<(), String> {
+pub fn remove_document(
+    store: &crate::store::Store,
+    lexical: &crate::retrieval::LexicalIndex,
+    data_dir: &std::path::Path,
+    doc: &DocumentRecord,
+) -> Result<(), String> {
     let kept = uploads_dir(data_dir).join(&doc.id);
     match std::fs::remove_dir_all(&kept) {
         Ok(()) => {}

@@ -109,6 +109,7 @@ pub async fn scrape(State(state): State<Arc<AppState>>) -> Result<Response, ApiE
         state.metrics.resident_bytes.set(bytes);
     }
     let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &state.metrics.registry).map_err(|e| ApiError::internal(format!("metrics could not be written: {e}")))?;
+    prometheus_client::encoding::text::encode(&mut text, &state.metrics.registry)
+        .map_err(|e| ApiError::internal(format!("metrics could not be written: {e}")))?;
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

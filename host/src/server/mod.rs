@@ -63,10 +63,7 @@ impl AppState {
         let s = &config.server;
         let metrics = Arc::new(Metrics::new());
         let gate = Arc::new(RunGate::new(s.max_running.max(1), s.max_queued, metrics.clone()));
-        let options = IngestOptions {
-            password: None,
-            image_max_px: config.ingest.render_images.then_some(config.ingest.page_image_max_px),
-        };
+        let options = IngestOptions { password: None, image_max_px: config.ingest.render_images.then_some(config.ingest.page_image_max_px) };
         let limits = ReadLimits::from_config(&config.ingest);
         let worker = PdfWorker::current_exe(config.pdfium_library.clone(), limits).map_err(|e| ServeError::Setup(format!("PDF reading does not work: {e}")))?;
         let jobs = IngestJobs::start(services.clone(), worker, uploads_dir(&config.data_dir), options, metrics.clone(), config.ingest.parallel_reads)

@@ -128,11 +128,7 @@ pub fn prepare(state: &AppState, question: &str, documents: &[String], profile: 
     if question.chars().count() > most {
         return Err(ApiError::bad_request(format!("the question is longer than {most} characters (server.max_question_chars)")));
     }
-    let docs = if documents.is_empty() {
-        state.store.documents()?
-    } else {
-        documents.iter().map(|d| state.store.resolve(d)).collect::<Result<Vec<_>, _>>()?
-    };
+    let docs = if documents.is_empty() { state.store.documents()? } else { documents.iter().map(|d| state.store.resolve(d)).collect::<Result<Vec<_>, _>>()? };
     if docs.is_empty() {
         return Err(ApiError::new(StatusCode::CONFLICT, "the appliance holds no documents yet; upload a PDF first (POST /v1/documents)"));
     }
@@ -175,7 +171,10 @@ pub async fn execute(state: Arc<AppState>, ticket: Ticket, prepared: Prepared, e
             guard.0 = None;
             r
         }
-        Err(_) => Err(ApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("the question took longer than {} s (server.request_timeout_s) and was stopped", timeout.as_secs()))),
+        Err(_) => Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("the question took longer than {} s (server.request_timeout_s) and was stopped", timeout.as_secs()),
+        )),
     }
 }
 

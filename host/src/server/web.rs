@@ -34,7 +34,21 @@ mod tests {
     fn the_api_description_is_valid_json_naming_every_route() {
         let v: serde_json::Value = serde_json::from_str(super::OPENAPI).expect("openapi.json parses");
         let paths = v["paths"].as_object().expect("paths");
-        for route in ["/v1/query", "/v1/chat/completions", "/v1/models", "/v1/documents", "/v1/documents/{id}", "/v1/documents/{id}/pages/{n}/image", "/v1/jobs/{id}", "/v1/plugins", "/v1/profiles", "/v1/profiles/{name}/stages/{stage}", "/healthz", "/metrics", "/openapi.json"] {
+        for route in [
+            "/v1/query",
+            "/v1/chat/completions",
+            "/v1/models",
+            "/v1/documents",
+            "/v1/documents/{id}",
+            "/v1/documents/{id}/pages/{n}/image",
+            "/v1/jobs/{id}",
+            "/v1/plugins",
+            "/v1/profiles",
+            "/v1/profiles/{name}/stages/{stage}",
+            "/healthz",
+            "/metrics",
+            "/openapi.json",
+        ] {
             assert!(paths.contains_key(route), "{route} is not described");
         }
     }

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::{DAMAGE, DOCUMENTS, INDEX_STATE, OUTLINES, PAGE_IMAGES, PAGE_VECTORS, PAGES, Store, StoreError};
 use super::model::{DamageRecord, DocumentRecord, IndexState, OutlineEntry, PageRecord};
+use super::{DAMAGE, DOCUMENTS, INDEX_STATE, OUTLINES, PAGE_IMAGES, PAGE_VECTORS, PAGES, Store, StoreError};
 
 /// What the check found for one document.
 #[derive(Debug)]

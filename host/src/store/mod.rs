@@ -9,8 +9,8 @@ mod model;
 mod plugins;
 
 pub use check::{DocumentCheck, StoreCheck};
-pub use plugins::PluginRecord;
 pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
+pub use plugins::PluginRecord;
 
 use std::path::{Path, PathBuf};
 
@@ -63,13 +63,7 @@ macro_rules! from_redb {
         }
     )*};
 }
-from_redb!(
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    redb::DatabaseError
-);
+from_redb!(redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError, redb::DatabaseError);
 
 /// The appliance's persistent store.
 pub struct Store {
@@ -86,10 +80,7 @@ impl Store {
     /// Opens (creating if needed) the store in `data_dir`. A store left by a killed process is
     /// repaired to its last committed state.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
-            path: data_dir.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir { path: data_dir.to_path_buf(), source })?;
         let path = data_dir.join(STORE_FILE);
         let db = match Database::create(&path) {
             Ok(db) => db,
@@ -166,25 +157,17 @@ impl Store {
         let docs = self.documents()?;
         let q = query.trim();
         let lower = q.to_lowercase();
-        let tiers: [&dyn Fn(&DocumentRecord) -> bool; 3] = [
-            &|d| d.id == q || d.title == q || file_name(&d.source_path) == q,
-            &|d| q.len() >= 4 && d.id.starts_with(q),
-            &|d| {
-                !lower.is_empty()
-                    && (file_name(&d.source_path).to_lowercase().contains(&lower)
-                        || d.title.to_lowercase().contains(&lower))
-            },
-        ];
+        let tiers: [&dyn Fn(&DocumentRecord) -> bool; 3] =
+            [&|d| d.id == q || d.title == q || file_name(&d.source_path) == q, &|d| q.len() >= 4 && d.id.starts_with(q), &|d| {
+                !lower.is_empty() && (file_name(&d.source_path).to_lowercase().contains(&lower) || d.title.to_lowercase().contains(&lower))
+            }];
         for matches_tier in tiers {
             let matches: Vec<&DocumentRecord> = docs.iter().filter(|d| matches_tier(d)).collect();
             match matches.as_slice() {
                 [] => continue,
                 [one] => return Ok((*one).clone()),
                 many => {
-                    return Err(StoreError::Ambiguous {
-                        query: q.to_string(),
-                        candidates: many.iter().map(|d| d.id.as_str()).collect::<Vec<_>>().join(", "),
-                    });
+                    return Err(StoreError::Ambiguous { query: q.to_string(), candidates: many.iter().map(|d| d.id.as_str()).collect::<Vec<_>>().join(", ") });
                 }
             }
         }

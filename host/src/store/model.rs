@@ -15,12 +15,7 @@ pub struct BoundingBox {
 impl BoundingBox {
     /// The smallest box holding both boxes.
     pub fn union(&self, other: &BoundingBox) -> BoundingBox {
-        BoundingBox {
-            x0: self.x0.min(other.x0),
-            y0: self.y0.min(other.y0),
-            x1: self.x1.max(other.x1),
-            y1: self.y1.max(other.y1),
-        }
+        BoundingBox { x0: self.x0.min(other.x0), y0: self.y0.min(other.y0), x1: self.x1.max(other.x1), y1: self.y1.max(other.y1) }
     }
 
     /// Width in points.
@@ -45,8 +40,7 @@ impl BoundingBox {
 
     /// Whether this box lies within a page of the given size.
     pub fn is_inside(&self, width: f32, height: f32) -> bool {
-        self.x0 >= 0.0 && self.y0 >= 0.0 && self.x1 <= width && self.y1 <= height
-            && self.x0 <= self.x1 && self.y0 <= self.y1
+        self.x0 >= 0.0 && self.y0 >= 0.0 && self.x1 <= width && self.y1 <= height && self.x0 <= self.x1 && self.y0 <= self.y1
     }
 }
 

@@ -26,12 +26,7 @@ unsafe fn nibbles(q: *const u8) -> Run {
         let mask = _mm_set1_epi8(0x0f);
         let lo = _mm_and_si128(v, mask);
         let hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-        [
-            _mm256_cvtepu8_epi32(lo),
-            _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)),
-            _mm256_cvtepu8_epi32(hi),
-            _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)),
-        ]
+        [_mm256_cvtepu8_epi32(lo), _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), _mm256_cvtepu8_epi32(hi), _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))]
     }
 }
 

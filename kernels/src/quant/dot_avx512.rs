@@ -54,10 +54,7 @@ unsafe fn q6_run(block: *const u8, j: usize) -> (__m512i, __m512i) {
         let three = _mm512_set1_epi32(3);
         let bits = |shift: &[i32; 16]| _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(top, lanes(shift)), three), 4);
         let bias = _mm512_set1_epi32(32);
-        (
-            _mm512_sub_epi32(_mm512_or_si512(lo, bits(&TOP_LO)), bias),
-            _mm512_sub_epi32(_mm512_or_si512(hi, bits(&TOP_HI)), bias),
-        )
+        (_mm512_sub_epi32(_mm512_or_si512(lo, bits(&TOP_LO)), bias), _mm512_sub_epi32(_mm512_or_si512(hi, bits(&TOP_HI)), bias))
     }
 }
 
@@ -65,12 +62,7 @@ unsafe fn q6_run(block: *const u8, j: usize) -> (__m512i, __m512i) {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn q8_run(q: *const u8) -> (__m512i, __m512i) {
-    unsafe {
-        (
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(q as *const __m128i)),
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(q.add(16) as *const __m128i)),
-        )
-    }
+    unsafe { (_mm512_cvtepi8_epi32(_mm_loadu_si128(q as *const __m128i)), _mm512_cvtepi8_epi32(_mm_loadu_si128(q.add(16) as *const __m128i))) }
 }
 
 /// Σ q·x over a run, lane-wise (not yet summed across lanes).
@@ -165,9 +157,7 @@ pub unsafe fn dequantize_row(encoding: BlockEncoding, s: &[f32], q: &[u8], out: 
         let scale = |i: usize| *s.get_unchecked(i);
         match encoding {
             BlockEncoding::Q4_0 => (0..runs).for_each(|i| store_run(nibbles(qp.add(16 * i)), (scale(i), scale(i)), -8.0 * scale(i), op.add(32 * i))),
-            BlockEncoding::Q4_1 => {
-                (0..runs).for_each(|i| store_run(nibbles(qp.add(16 * i)), (scale(2 * i), scale(2 * i)), scale(2 * i + 1), op.add(32 * i)))
-            }
+            BlockEncoding::Q4_1 => (0..runs).for_each(|i| store_run(nibbles(qp.add(16 * i)), (scale(2 * i), scale(2 * i)), scale(2 * i + 1), op.add(32 * i))),
             BlockEncoding::Q5_0 => (0..runs).for_each(|i| store_run(q5_run(qp.add(20 * i)), (scale(i), scale(i)), -16.0 * scale(i), op.add(32 * i))),
             BlockEncoding::Q8_0 => (0..runs).for_each(|i| store_run(q8_run(qp.add(32 * i)), (scale(i), scale(i)), 0.0, op.add(32 * i))),
             BlockEncoding::Q4_K => {

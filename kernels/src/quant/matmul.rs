@@ -60,11 +60,8 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
-        let path = if MatmulPath::available().contains(&path) && (path != MatmulPath::Bf16 || self.cols.is_multiple_of(2)) {
-            path
-        } else {
-            MatmulPath::F32Panels
-        };
+        let path =
+            if MatmulPath::available().contains(&path) && (path != MatmulPath::Bf16 || self.cols.is_multiple_of(2)) { path } else { MatmulPath::F32Panels };
         match path {
             MatmulPath::RowByRow => {
                 let mut row = vec![0.0; self.rows];
@@ -114,11 +111,25 @@ impl QuantMatrix {
             // task writes only columns first..first + n of out (m × rows), so tasks are disjoint.
             unsafe {
                 gemm(
-                    m, n, cols,
-                    out_ptr.at(first), 1, rows as isize, accumulate,
-                    x.as_ptr(), 1, cols as isize,
-                    panel.as_ptr(), cols as isize, 1,
-                    1.0, 1.0, false, false, false, Parallelism::None,
+                    m,
+                    n,
+                    cols,
+                    out_ptr.at(first),
+                    1,
+                    rows as isize,
+                    accumulate,
+                    x.as_ptr(),
+                    1,
+                    cols as isize,
+                    panel.as_ptr(),
+                    cols as isize,
+                    1,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
                 );
             }
         });

@@ -1,7 +1,7 @@
 //! Random inputs and a tolerance check shared by the CPU kernels' tests.
 
-use rand::rngs::StdRng;
 use rand::Rng;
+use rand::rngs::StdRng;
 
 /// `n` values uniform in [-1, 1).
 pub fn noise(n: usize, rng: &mut StdRng) -> Vec<f32> {

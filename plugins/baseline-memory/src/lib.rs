@@ -84,11 +84,8 @@ mod tests {
     }
 
     fn evidence(pages: &[u32]) -> Vec<QuestionEvidence> {
-        let evidence = pages
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| Candidate { page: PageRef { document: "d".into(), page: p }, score: 1.0, rank: i as u32 + 1 })
-            .collect();
+        let evidence =
+            pages.iter().enumerate().map(|(i, &p)| Candidate { page: PageRef { document: "d".into(), page: p }, score: 1.0, rank: i as u32 + 1 }).collect();
         vec![QuestionEvidence { question: "q".into(), is_root: true, evidence, verdicts: vec![] }]
     }
 

@@ -33,7 +33,14 @@ fn ask(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, Str
     }
     let notes = if notes.is_empty() { String::new() } else { format!("Notes from earlier questions:\n{notes}\n\n") };
     let prompt = format!("{notes}{}\nQuestion: {question}\nAnswer (cite pages as [n]):", numbered_pages(pages));
-    let out = host.generate(&GenerateRequest { system: SYSTEM.into(), prompt, max_tokens: s.max_tokens, temperature: 0.0, stop: vec!["\n\n".into()], images: vec![] })?;
+    let out = host.generate(&GenerateRequest {
+        system: SYSTEM.into(),
+        prompt,
+        max_tokens: s.max_tokens,
+        temperature: 0.0,
+        stop: vec!["\n\n".into()],
+        images: vec![],
+    })?;
     Ok(out.text.trim().to_string())
 }
 
@@ -76,7 +83,12 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
             cited.push(1);
         }
         let citations = cited.into_iter().map(|n| Citation { page: pages[n - 1].0.clone(), blocks: vec![], quote: String::new() }).collect();
-        return Ok(Answer { text: strip_markers(&reply), answerable: true, citations, notes: format!("answered in round {rounds} with {} memory note(s)", memory.len()) });
+        return Ok(Answer {
+            text: strip_markers(&reply),
+            answerable: true,
+            citations,
+            notes: format!("answered in round {rounds} with {} memory note(s)", memory.len()),
+        });
     }
     Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("{rounds} round(s) without an answer") })
 }

@@ -37,10 +37,8 @@ fn judge_by_score(host: &impl HostApi, s: &Settings, question: &str, pages: &[(P
     // Every page of the window, shorter, as context, then the page judged in full. The context
     // is the same for each page of a window, and comes first, so the host's prompt cache
     // computes it once per window and each judgement only reads its own page.
-    let context: Vec<String> = pages
-        .iter()
-        .map(|(p, text)| format!("(page {}) {}", p.page, text.chars().take(s.context_tokens as usize * 4).collect::<String>()))
-        .collect();
+    let context: Vec<String> =
+        pages.iter().map(|(p, text)| format!("(page {}) {}", p.page, text.chars().take(s.context_tokens as usize * 4).collect::<String>())).collect();
     let (page, text) = &pages[target];
     let prompt = format!(
         "Question: {question}\n\nThe pages read together, in short:\n{}\n\nPage {} in full:\n{text}\n\nDoes page {} contain evidence for answering the question? Answer Yes or No.",
@@ -174,7 +172,8 @@ mod tests {
     impl HostApi for FakeHost {
         fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
             *self.calls.borrow_mut() += 1;
-            let flags: Vec<&str> = request.prompt.split("\n[").skip(0).filter(|p| p.contains("(page")).map(|p| if p.contains("evidence here") { "T" } else { "F" }).collect();
+            let flags: Vec<&str> =
+                request.prompt.split("\n[").skip(0).filter(|p| p.contains("(page")).map(|p| if p.contains("evidence here") { "T" } else { "F" }).collect();
             Ok(Generation { text: format!("<evidence_page>{}</evidence_page>", flags.join(" ")), prompt_tokens: 1, completion_tokens: 1, finished: true })
         }
         fn score_choices(&self, _: &str, prompt: &str, _: &[String]) -> Result<Vec<f32>, String> {

@@ -55,9 +55,9 @@ impl Guest for Hostile {
                 }
                 std::hint::black_box(x);
                 Ok(candidates
-                .into_iter()
-                .map(|c| Verdict { page: c.page, relevant: true, label: label.to_string(), score: None, notes: String::new() })
-                .collect())
+                    .into_iter()
+                    .map(|c| Verdict { page: c.page, relevant: true, label: label.to_string(), score: None, notes: String::new() })
+                    .collect())
             }
         }
     }

@@ -11,10 +11,7 @@ struct Labeler;
 
 impl Guest for Labeler {
     fn verify(_ctx: StageContext, _question: String, candidates: Vec<Candidate>) -> Result<Vec<Verdict>, String> {
-        Ok(candidates
-            .into_iter()
-            .map(|c| Verdict { page: c.page, relevant: true, label: "labeler".into(), score: None, notes: String::new() })
-            .collect())
+        Ok(candidates.into_iter().map(|c| Verdict { page: c.page, relevant: true, label: "labeler".into(), score: None, notes: String::new() }).collect())
     }
 }
 
