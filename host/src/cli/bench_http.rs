@@ -31,7 +31,7 @@ pub struct BenchHttpArgs {
     #[arg(long, default_value_t = 120)]
     seconds: u64,
     /// Questions to ask, cycled (the benchmark's JSON lines).
-    #[arg(long, default_value = "../shared/bench/questions.jsonl")]
+    #[arg(long, value_name = "FILE")]
     questions: PathBuf,
     /// Profile to run (default: the server's).
     #[arg(long)]
@@ -83,7 +83,7 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
     let all = questions.len();
     let questions: Vec<(String, String)> = questions.into_iter().filter(|(_, doc)| ready.iter().any(|(f, _)| f == doc)).collect();
     if questions.is_empty() {
-        bail!("the server holds none of the questions' documents indexed; ingest them (`evident ingest ../shared/bench/docs`) first");
+        bail!("the server holds none of the questions' documents indexed; ingest them (`evident ingest <the benchmark's docs folder>`) first");
     }
     let pages: u64 = ready.iter().map(|(_, p)| p).sum();
     println!(
@@ -129,7 +129,7 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
                             }
                             Err(_) => 0,
                         };
-                        samples.lock().unwrap_or_else(|p| p.into_inner()).push(Sample { status, seconds: t.elapsed().as_secs_f64() });
+                        evident::error::lock(&samples).push(Sample { status, seconds: t.elapsed().as_secs_f64() });
                         if status == 429 {
                             // A polite client backs off a little instead of hammering a busy server.
                             std::thread::sleep(Duration::from_millis(500));
@@ -150,7 +150,7 @@ pub fn run(_ctx: &Context, args: BenchHttpArgs) -> Result<ExitCode> {
             let _ = w.join();
         }
         let elapsed = started.elapsed().as_secs_f64();
-        let samples = samples.lock().unwrap_or_else(|p| p.into_inner());
+        let samples = evident::error::lock(&samples);
         let ok: Vec<f64> = samples.iter().filter(|s| s.status == 200).map(|s| s.seconds).collect();
         let shed = samples.iter().filter(|s| s.status == 429).count();
         let other = samples.len() - ok.len() - shed;

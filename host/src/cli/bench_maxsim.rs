@@ -128,7 +128,7 @@ fn numpy_reference(python: &Path, pages: &PageVectors, queries: &QueryBatch) -> 
     std::fs::write(dir.path().join("queries.f32"), bytemuck::cast_slice(queries.data()))?;
     std::fs::write(dir.path().join("dim.txt"), pages.dim().to_string())?;
     let out = Command::new(python)
-        .arg("benches/maxsim_numpy.py")
+        .arg(super::reference_script("maxsim_numpy.py")?)
         .arg(dir.path())
         .output()
         .with_context(|| format!("cannot run {} (run the set-up to make it)", python.display()))?;

@@ -43,9 +43,8 @@ pub fn run(ctx: &Context, calls: usize, profile: &str, question: &str) -> Result
         runtime.rerank(&rerank, host.clone(), &ctx_, question, true, &candidates, &verdicts)?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    let p99 = times[(times.len() * 99 / 100).min(times.len() - 1)];
+    let median = super::percentile(&times, 0.5);
+    let p99 = super::percentile(&times, 0.99);
 
     // One question end to end with the profile.
     let resolved = registry.resolve(profile)?;

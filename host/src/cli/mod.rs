@@ -138,14 +138,18 @@ impl Context {
     }
 }
 
-/// The `p` quantile (0..=1) of `values`, nearest rank; NaN when there are none.
-pub fn percentile(values: &[f64], p: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n => sorted[(((n - 1) as f64) * p).round() as usize],
-    }
+pub use evident::eval::metrics::percentile;
+
+/// A benchmark's reference script (`benches/<name>`, the peer measured beside Evident), found
+/// in the appliance's home wherever `evident bench` runs from.
+pub fn reference_script(name: &str) -> Result<PathBuf> {
+    let path = evident::config::appliance_home().join("benches").join(name);
+    anyhow::ensure!(
+        path.is_file(),
+        "the reference script {} is missing; run from a checkout or a release folder that has benches/, or set EVIDENT_HOME to one",
+        path.display()
+    );
+    Ok(path)
 }
 
 /// Logs go to stderr, filtered by EVIDENT_LOG (default: warnings, without the GPU driver layer's

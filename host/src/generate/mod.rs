@@ -102,6 +102,22 @@ pub enum GenerateError {
     Invalid(String),
 }
 
+impl crate::error::Classified for GenerateError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            GenerateError::PromptTooLong { .. } => ErrorKind::BadRequest,
+            GenerateError::Timeout { .. } => ErrorKind::Timeout,
+            GenerateError::Model(_)
+            | GenerateError::Unreachable { .. }
+            | GenerateError::Server { .. }
+            | GenerateError::BadResponse(_)
+            | GenerateError::NoLogprobs
+            | GenerateError::Invalid(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 /// Free generation and cheap scoring of short choices.
 pub trait Generator: Send + Sync {
     /// Generates a reply to `request`, handing each new piece of text to `on_text` as it comes;

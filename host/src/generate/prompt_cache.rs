@@ -46,7 +46,7 @@ impl PromptCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic elsewhere leaves entries that are still whole: keep using them.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::error::lock(&self.inner)
     }
 
     /// The cache of the longest stored prefix of `tokens`, leaving at least the last token to

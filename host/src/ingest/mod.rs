@@ -31,6 +31,16 @@ pub enum IngestError {
     Store { path: PathBuf, source: StoreError },
 }
 
+impl crate::error::Classified for IngestError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            IngestError::Read { .. } => crate::error::ErrorKind::NotFound,
+            IngestError::Pdf { source, .. } => source.kind(),
+            IngestError::Store { source, .. } => source.kind(),
+        }
+    }
+}
+
 /// Options for one ingest run.
 #[derive(Debug, Clone)]
 pub struct IngestOptions {

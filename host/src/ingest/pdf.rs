@@ -48,6 +48,17 @@ pub enum PdfError {
     Worker(String),
 }
 
+impl crate::error::Classified for PdfError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            PdfError::Library { .. } | PdfError::Worker(_) => ErrorKind::Internal,
+            // Everything else is the file itself: damaged, encrypted, hostile or too big.
+            _ => ErrorKind::Invalid,
+        }
+    }
+}
+
 /// The PDF parser: one per process, since PDFium binds once.
 pub struct PdfReader {
     pdfium: Pdfium,

@@ -2,11 +2,10 @@
 //! checks what the stages return and builds the evidence (document, page, boxes, snippet) and
 //! the trace (each stage's inputs and outputs in brief, timings, model calls and tokens).
 
-pub mod accuracy;
 mod profile;
 mod services;
 
-pub use profile::{Profile, RetrieveSettings, StageBinding};
+pub use profile::{Profile, ProfileError, RetrieveSettings, StageBinding};
 pub use services::{RequestHost, Services};
 
 use std::collections::HashMap;
@@ -18,6 +17,7 @@ use serde::Serialize;
 use thiserror::Error;
 use wasmtime::component::Component;
 
+use crate::error::{Classified, ErrorKind};
 use crate::plugins::types::{self, Candidate, PageRef, QuestionEvidence, StageContext};
 use crate::plugins::{PluginError, StageHost, StageKind, StageRuntime};
 use crate::retrieval::{best_block, trim_snippet};
@@ -26,15 +26,27 @@ use crate::store::DocumentRecord;
 /// Why a question could not be answered.
 #[derive(Debug, Error)]
 pub enum PipelineError {
-    #[error("{0}")]
-    Profile(String),
     #[error("the {stage} stage ({plugin}) failed: {source}")]
     Stage { stage: StageKind, plugin: String, source: PluginError },
-    #[error("{0}")]
-    Host(String),
+    /// The host's own search for the plan's questions failed.
+    #[error("retrieval failed: {0}")]
+    Retrieve(String),
+    /// A resolved profile lost its memory stage: a bug, since profiles are checked at load.
+    #[error("profile {0} has no memory stage")]
+    NoAnswerStage(String),
     /// Nothing in scope can be searched yet; the same request later will work.
     #[error("{0}")]
     NotReady(String),
+}
+
+impl Classified for PipelineError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            PipelineError::Stage { source, .. } => source.kind(),
+            PipelineError::Retrieve(_) | PipelineError::NoAnswerStage(_) => ErrorKind::Internal,
+            PipelineError::NotReady(_) => ErrorKind::Conflict,
+        }
+    }
 }
 
 /// The components a profile's stages run, resolved once per request so that a swap during
@@ -222,7 +234,7 @@ pub fn run_observed(
             Err(e) => e.clone(),
         },
     );
-    let lists = lists.map_err(PipelineError::Host)?;
+    let lists = lists.map_err(PipelineError::Retrieve)?;
 
     // Verify and rerank each question's pages.
     let mut evidence = Vec::with_capacity(questions.len());
@@ -267,8 +279,7 @@ pub fn run_observed(
     }
 
     // Answer.
-    let (name, component) =
-        profile.components.get(&StageKind::Memory).ok_or_else(|| PipelineError::Profile(format!("profile {} has no memory stage", p.name)))?;
+    let (name, component) = profile.components.get(&StageKind::Memory).ok_or_else(|| PipelineError::NoAnswerStage(p.name.clone()))?;
     let answer = rec.step(
         "memory",
         name,

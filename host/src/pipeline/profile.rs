@@ -5,11 +5,35 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
+use thiserror::Error;
 
+use crate::error::{Classified, ErrorKind};
 use crate::plugins::StageKind;
 use crate::retrieval::SearchMode;
 
-use super::PipelineError;
+/// Why a profile cannot be used.
+#[derive(Debug, Error)]
+pub enum ProfileError {
+    #[error("{0:?} is not a profile name")]
+    BadName(String),
+    #[error("there is no profile named {name} in {dir} (there are: {known})")]
+    NotFound { name: String, dir: String, known: String },
+    /// The operator's profile file is wrong: nothing the asker sent can fix it.
+    #[error("{path}: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("profile {0} has no memory stage, which answers")]
+    NoMemory(String),
+}
+
+impl Classified for ProfileError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            ProfileError::BadName(_) => ErrorKind::BadRequest,
+            ProfileError::NotFound { .. } => ErrorKind::NotFound,
+            ProfileError::Invalid { .. } | ProfileError::NoMemory(_) => ErrorKind::Internal,
+        }
+    }
+}
 
 /// One stage of a profile.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,18 +68,20 @@ pub struct Profile {
 
 impl Profile {
     /// Reads `<dir>/<name>.toml`.
-    pub fn load(dir: &Path, name: &str) -> Result<Profile, PipelineError> {
+    pub fn load(dir: &Path, name: &str) -> Result<Profile, ProfileError> {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(PipelineError::Profile(format!("{name:?} is not a profile name")));
+            return Err(ProfileError::BadName(name.to_string()));
         }
         let path = dir.join(format!("{name}.toml"));
-        let text = std::fs::read_to_string(&path).map_err(|_| {
-            let known = Profile::names(dir).join(", ");
-            PipelineError::Profile(format!("there is no profile named {name} in {} (there are: {known})", dir.display()))
+        let text = std::fs::read_to_string(&path).map_err(|_| ProfileError::NotFound {
+            name: name.to_string(),
+            dir: dir.display().to_string(),
+            known: Profile::names(dir).join(", "),
         })?;
-        let mut profile: Profile = toml::from_str(&text).map_err(|e| PipelineError::Profile(format!("{}: {}", path.display(), e.message())))?;
+        let mut profile: Profile =
+            toml::from_str(&text).map_err(|e| ProfileError::Invalid { path: path.display().to_string(), reason: e.message().to_string() })?;
         if !profile.stages.contains_key(&StageKind::Memory) {
-            return Err(PipelineError::Profile(format!("profile {name} has no memory stage, which answers")));
+            return Err(ProfileError::NoMemory(name.to_string()));
         }
         profile.name = name.to_string();
         Ok(profile)

@@ -97,7 +97,7 @@ impl RequestHost {
 
     /// Lines the stages logged.
     pub fn take_log(&self) -> Vec<String> {
-        std::mem::take(&mut *self.log.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *crate::error::lock(&self.log))
     }
 
     /// The ranked pages for several questions at once (the host's retrieve step).
@@ -251,7 +251,7 @@ impl StageHost for RequestHost {
     }
 
     fn random(&self) -> u64 {
-        self.rng.lock().unwrap_or_else(|p| p.into_inner()).random()
+        crate::error::lock(&self.rng).random()
     }
 
     fn log(&self, level: types::LogLevel, message: String) {
@@ -262,7 +262,7 @@ impl StageHost for RequestHost {
             types::LogLevel::Warn => tracing::warn!(target: "evident::stage", "{message}"),
         }
         // A stage that logs without end must not grow the host's memory without end.
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = crate::error::lock(&self.log);
         if log.len() < self.services.limits.log_lines {
             log.push(message);
         }

@@ -74,3 +74,21 @@ pub enum PluginError {
     #[error("the plugin runtime failed: {0}")]
     Runtime(String),
 }
+
+impl crate::error::Classified for PluginError {
+    /// A component that is not a stage is refused content; anything a running stage does
+    /// wrong is the appliance's failure (its operator installed the stage), not the asker's.
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            PluginError::Invalid(_) | PluginError::WrongWorld { .. } => ErrorKind::Invalid,
+            PluginError::Timeout(_) => ErrorKind::Timeout,
+            PluginError::OutOfFuel(_)
+            | PluginError::Memory(_)
+            | PluginError::Trap(_)
+            | PluginError::Stage(_)
+            | PluginError::BadOutput(_)
+            | PluginError::Runtime(_) => ErrorKind::Internal,
+        }
+    }
+}

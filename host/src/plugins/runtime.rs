@@ -118,7 +118,7 @@ impl StageRuntime {
 
     /// Compiles a component (Cranelift), checking that it implements `kind`'s world.
     pub fn compile(&self, wasm: &[u8], kind: StageKind) -> Result<Component, PluginError> {
-        let component = Component::new(&self.engine, wasm).map_err(|e| PluginError::Invalid(format!("{e:#}")))?;
+        let component = Component::new(&self.engine, wasm).map_err(|e| PluginError::Invalid(crate::error::one_line(&format!("{e:#}"))))?;
         self.check_world(&component, kind)?;
         Ok(component)
     }

@@ -52,7 +52,7 @@ impl LexicalIndex {
 
     /// Replaces everything indexed for `doc_id` with these pages (number, text).
     pub fn replace_document(&self, doc_id: &str, pages: &[(u32, String)]) -> Result<(), LexicalError> {
-        let mut kept = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = crate::error::lock(&self.writer);
         let mut writer = match kept.take() {
             Some(w) => w,
             None => self.index.writer(WRITER_BYTES)?,

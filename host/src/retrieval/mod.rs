@@ -1,7 +1,6 @@
 //! Retrieval: per-token page vectors scored by MaxSim, BM25 over page text, and their fusion.
 
 mod lexical;
-pub mod metrics;
 mod snippet;
 mod vector_cache;
 
@@ -36,6 +35,16 @@ pub enum RetrievalError {
     Gpu(#[from] evident_kernels::GpuError),
     #[error("document {0} has no token vectors yet; run `evident index`")]
     NotIndexed(String),
+}
+
+impl crate::error::Classified for RetrievalError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            RetrievalError::Store(e) => e.kind(),
+            RetrievalError::NotIndexed(_) => crate::error::ErrorKind::Conflict,
+            RetrievalError::Lexical(_) | RetrievalError::Model(_) | RetrievalError::Gpu(_) => crate::error::ErrorKind::Internal,
+        }
+    }
 }
 
 /// How pages are ranked.

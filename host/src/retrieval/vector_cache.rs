@@ -2,7 +2,7 @@
 //! from the store takes longer than scoring them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use evident_kernels::{DevicePages, PageVectors};
 
@@ -57,7 +57,7 @@ impl PageVectorCache {
             return Err(RetrievalError::NotIndexed(doc.id.clone()));
         }
         {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = crate::error::lock(&self.state);
             state.clock += 1;
             let now = state.clock;
             if let Some((vectors, used)) = state.docs.get_mut(&doc.id) {
@@ -76,7 +76,7 @@ impl PageVectorCache {
         if size > self.budget_bytes {
             return;
         }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = crate::error::lock(&self.state);
         state.clock += 1;
         let now = state.clock;
         if let Some((old, _)) = state.docs.insert(id.to_string(), (vectors, now)) {
@@ -93,7 +93,7 @@ impl PageVectorCache {
 
     /// Drops a document's vectors (it was removed).
     pub fn forget(&self, id: &str) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = crate::error::lock(&self.state);
         if let Some((gone, _)) = state.docs.remove(id) {
             state.bytes -= gone.bytes();
         }
@@ -101,7 +101,7 @@ impl PageVectorCache {
 
     /// Documents and bytes held now.
     pub fn usage(&self) -> (usize, usize) {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = crate::error::lock(&self.state);
         (state.docs.len(), state.bytes)
     }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
-use crate::pipeline::{PipelineError, Profile};
+use crate::pipeline::Profile;
 use crate::plugins::StageKind;
 
 fn stage_kind(name: &str) -> Result<StageKind, ApiError> {
@@ -75,13 +75,7 @@ pub async fn install_plugin(State(state): State<Arc<AppState>>, Query(q): Query<
     let kind = q.kind.as_deref().map(stage_kind).transpose()?;
     let s = state.clone();
     let version = q.version.clone();
-    let record = tokio::task::spawn_blocking(move || s.registry.install(&body, &name, &version, kind)).await.map_err(join_err)?;
-    // A component the host refuses is the client's mistake, not the server's.
-    let record = record.map_err(|e| match e {
-        PipelineError::Stage { .. } | PipelineError::Host(_) | PipelineError::Profile(_) | PipelineError::NotReady(_) => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
-        }
-    })?;
+    let record = tokio::task::spawn_blocking(move || s.registry.install(&body, &name, &version, kind)).await.map_err(join_err)??;
     Ok((StatusCode::CREATED, Json(json!({ "plugin": record }))).into_response())
 }
 

@@ -3,16 +3,17 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{ApiError, AppState};
 use crate::config::Role;
+use crate::error::ErrorKind;
 
 /// The role of the request's token, or why it has none.
 fn role_of(state: &AppState, request: &Request) -> Result<Role, ApiError> {
-    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
+    let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthorized, m);
     let value =
         request.headers().get(header::AUTHORIZATION).ok_or_else(|| unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\""))?;
     let token = value
@@ -38,7 +39,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn require(state: &AppState, needed: Role, request: Request, next: Next) -> Result<Response, ApiError> {
     let role = role_of(state, &request)?;
     if role < needed {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "this needs an admin token; the token given may only read and ask"));
+        return Err(ApiError::new(ErrorKind::Forbidden, "this needs an admin token; the token given may only read and ask"));
     }
     Ok(next.run(request).await)
 }

@@ -121,7 +121,8 @@ fn stream_chat(state: Arc<AppState>, ticket: Ticket, prepared: super::query::Pre
                 let _ = tx.send(chunk(&model, json!({}), Some("stop"), Some(to_value(&o))));
             }
             Err(e) => {
-                let _ = tx.send(Event::default().data(json!({ "error": { "message": e.message, "code": e.status.as_u16() } }).to_string()));
+                let _ = tx
+                    .send(Event::default().data(json!({ "error": { "message": &e.message, "kind": e.kind.name(), "code": e.status().as_u16() } }).to_string()));
             }
         }
         let _ = tx.send(Event::default().data("[DONE]"));

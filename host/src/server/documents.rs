@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::jobs::Accepted;
 use super::{ApiError, AppState};
+use crate::error::ErrorKind;
 use crate::retrieval::has_current_vectors;
 use crate::store::DocumentRecord;
 
@@ -91,7 +92,7 @@ pub async fn upload(State(state): State<Arc<AppState>>, mut multipart: Multipart
         return Err(ApiError::bad_request("no PDF in the upload: send it as the multipart field `file`"));
     };
     if bytes.is_empty() {
-        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("{name} is empty")));
+        return Err(ApiError::new(ErrorKind::Invalid, format!("{name} is empty")));
     }
     match state.jobs.submit(bytes, name).await {
         Ok(Accepted::Job(job)) => Ok((StatusCode::ACCEPTED, Json(json!({ "job": job }))).into_response()),

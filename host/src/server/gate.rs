@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ApiError, Metrics};
+use crate::error::ErrorKind;
 
 /// Admission to the pipeline.
 pub struct RunGate {
@@ -58,7 +58,7 @@ impl RunGate {
             let rounds = (before / self.max_running).max(1) as u64;
             let wait_s = (self.typical_ms.load(Ordering::Relaxed) * rounds).div_ceil(1000).clamp(1, 3600);
             return Err(ApiError {
-                status: StatusCode::TOO_MANY_REQUESTS,
+                kind: ErrorKind::Overloaded,
                 message: format!("the appliance is busy ({before} questions running or waiting); try again in {wait_s} s"),
                 retry_after: Some(wait_s),
             });

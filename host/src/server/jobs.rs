@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use axum::http::StatusCode;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
@@ -19,6 +18,7 @@ use tracing::{info, warn};
 use super::Metrics;
 use super::error::ApiError;
 use super::metrics::JobLabels;
+use crate::error::Classified;
 use crate::ingest::{IngestError, IngestOptions, IngestOutcome, IngestProgress, PdfWorker, ingest_file};
 use crate::pipeline::Services;
 use crate::retrieval::{index_document_with, needs_index};
@@ -62,7 +62,7 @@ struct Job {
 
 impl Job {
     fn view(&self) -> JobView {
-        let mut v = self.view.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut v = crate::error::lock(&self.view).clone();
         if v.state == JobState::Reading {
             v.pages_read = self.progress.pages_read() as u32;
             if v.pages == 0 {
@@ -77,7 +77,7 @@ impl Job {
     }
 
     fn update(&self, f: impl FnOnce(&mut JobView)) {
-        f(&mut self.view.lock().unwrap_or_else(|p| p.into_inner()));
+        f(&mut crate::error::lock(&self.view));
     }
 }
 
@@ -152,7 +152,7 @@ impl IngestJobs {
                 .spawn(move || {
                     loop {
                         // The lock is held only while waiting, so readers take turns at the queue.
-                        let next = read_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let next = crate::error::lock(&read_rx).recv();
                         match next {
                             Ok(job) => shared.read(job),
                             Err(_) => return,
@@ -186,7 +186,7 @@ impl IngestJobs {
 
     /// A job by id.
     pub fn get(&self, id: &str) -> Option<JobView> {
-        self.shared.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|j| j.view())
+        crate::error::lock(&self.shared.jobs).get(id).map(|j| j.view())
     }
 }
 
@@ -222,7 +222,7 @@ impl Shared {
             Ok(pdf) => pdf.page_count(),
             Err(e) => {
                 self.metrics.jobs.get_or_create(&JobLabels { outcome: "refused".into() }).inc();
-                return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("{name} {e}")));
+                return Err(ApiError::new(e.kind(), format!("{name} {e}")));
             }
         };
         let dir = self.uploads_dir.join(&hash[..16]);
@@ -256,18 +256,14 @@ impl Shared {
             pages_indexed: AtomicU32::new(0),
         });
         {
-            let mut all = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let mut all = crate::error::lock(&self.jobs);
             if all.len() >= KEPT_JOBS {
                 all.retain(|_, j| !matches!(j.view().state, JobState::Done | JobState::Failed));
             }
             all.insert(id, job.clone());
         }
         let view = job.view();
-        self.reads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(ReadJob { job, path })
-            .map_err(|_| ApiError::internal("the PDF readers have stopped; restart the appliance"))?;
+        crate::error::lock(&self.reads).send(ReadJob { job, path }).map_err(|_| ApiError::internal("the PDF readers have stopped; restart the appliance"))?;
         Ok(view)
     }
 
@@ -307,7 +303,7 @@ impl Shared {
                     v.pages = doc.page_count;
                     v.pages_read = doc.page_count;
                 });
-                let _ = self.index.lock().unwrap_or_else(|p| p.into_inner()).send(IndexJob { job: Some(job), doc });
+                let _ = crate::error::lock(&self.index).send(IndexJob { job: Some(job), doc });
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&path);

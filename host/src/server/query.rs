@@ -8,7 +8,6 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
@@ -20,10 +19,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::gate::Ticket;
 use super::{ApiError, AppState};
+use crate::error::ErrorKind;
 use crate::pipeline::{Evidence, Outcome, RequestHost, StageEvent, TraceStep};
 use crate::store::DocumentRecord;
-
-/// Longest question accepted, in characters.
 
 /// Body of `POST /v1/query`.
 #[derive(Debug, Deserialize)]
@@ -130,7 +128,7 @@ pub fn prepare(state: &AppState, question: &str, documents: &[String], profile: 
     }
     let docs = if documents.is_empty() { state.store.documents()? } else { documents.iter().map(|d| state.store.resolve(d)).collect::<Result<Vec<_>, _>>()? };
     if docs.is_empty() {
-        return Err(ApiError::new(StatusCode::CONFLICT, "the appliance holds no documents yet; upload a PDF first (POST /v1/documents)"));
+        return Err(ApiError::new(ErrorKind::Conflict, "the appliance holds no documents yet; upload a PDF first (POST /v1/documents)"));
     }
     let name = profile.unwrap_or(&state.config.plugins.default_profile);
     let profile = state.registry.resolve(name)?;
@@ -150,10 +148,10 @@ pub async fn execute(state: Arc<AppState>, ticket: Ticket, prepared: Prepared, e
             // The slot is held until the run really ends, even when nobody waits for it any more.
             let _slot = slot;
             let observer = |e: &StageEvent| {
-                if let Some(tx) = &events {
-                    if tx.send(e.clone()).is_err() {
-                        host.cancel();
-                    }
+                if let Some(tx) = &events
+                    && tx.send(e.clone()).is_err()
+                {
+                    host.cancel();
                 }
             };
             crate::pipeline::run_observed(state.registry.runtime(), &prepared.profile, host.clone(), &prepared.question, &observer)
@@ -171,10 +169,9 @@ pub async fn execute(state: Arc<AppState>, ticket: Ticket, prepared: Prepared, e
             guard.0 = None;
             r
         }
-        Err(_) => Err(ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!("the question took longer than {} s (server.request_timeout_s) and was stopped", timeout.as_secs()),
-        )),
+        Err(_) => {
+            Err(ApiError::new(ErrorKind::Timeout, format!("the question took longer than {} s (server.request_timeout_s) and was stopped", timeout.as_secs())))
+        }
     }
 }
 
@@ -207,7 +204,7 @@ fn stream_run(state: Arc<AppState>, ticket: Ticket, prepared: Prepared, trace: b
     tokio::spawn(async move {
         let event = match execute(state, ticket, prepared, Some(stage_tx)).await {
             Ok(outcome) => json_event("answer", &QueryResponse::new(outcome, trace)),
-            Err(e) => json_event("error", &serde_json::json!({ "error": { "message": e.message, "code": e.status.as_u16() } })),
+            Err(e) => json_event("error", &serde_json::json!({ "error": { "message": &e.message, "kind": e.kind.name(), "code": e.status().as_u16() } })),
         };
         let _ = end_tx.send(event);
     });

@@ -56,6 +56,18 @@ pub enum StoreError {
     Database(#[from] redb::Error),
 }
 
+impl crate::error::Classified for StoreError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            StoreError::NoSuchDocument(_) | StoreError::NoSuchPage { .. } => ErrorKind::NotFound,
+            StoreError::Ambiguous { .. } => ErrorKind::BadRequest,
+            StoreError::InUse(_) => ErrorKind::Conflict,
+            StoreError::CreateDir { .. } | StoreError::NewerSchema { .. } | StoreError::Corrupt(_) | StoreError::Database(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 macro_rules! from_redb {
     ($($t:ty),*) => {$(
         impl From<$t> for StoreError {
@@ -147,7 +159,7 @@ impl Store {
             let (_, bytes) = entry?;
             docs.push(postcard::from_bytes::<DocumentRecord>(bytes.value())?);
         }
-        docs.sort_by(|a, b| a.title.to_lowercase().cmp(&b.title.to_lowercase()));
+        docs.sort_by_key(|a| a.title.to_lowercase());
         Ok(docs)
     }
 

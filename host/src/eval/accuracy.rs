@@ -28,10 +28,10 @@ pub fn numbers(text: &str) -> Vec<f64> {
             current.push(c);
         } else {
             let t = current.trim_end_matches('.');
-            if t.chars().any(|c| c.is_ascii_digit()) {
-                if let Ok(v) = t.parse::<f64>() {
-                    out.push(v);
-                }
+            if t.chars().any(|c| c.is_ascii_digit())
+                && let Ok(v) = t.parse::<f64>()
+            {
+                out.push(v);
             }
             current.clear();
             if c == '-' {
@@ -109,10 +109,10 @@ pub fn is_correct(predicted: &str, predicted_answerable: bool, gold: &str, gold_
         return p.contains(g.as_str()) || similarity(&p, &g) >= 0.5;
     }
     // A long, explained gold answer: its yes/no and its first figure must agree.
-    if let Some(yes) = yes_no(gold) {
-        if yes_no(predicted) != Some(yes) {
-            return false;
-        }
+    if let Some(yes) = yes_no(gold)
+        && yes_no(predicted) != Some(yes)
+    {
+        return false;
     }
     match numbers(gold).first() {
         Some(value) => numbers(predicted).iter().any(|v| close(*v, *value)),

@@ -1,5 +1,5 @@
 //! Retrieval metrics as the HiEvi-RAG paper defines them (appendix 8): Recall@K, NDCG@K and
-//! MRR@K with binary relevance.
+//! MRR@K with binary relevance; and the one percentile every table and benchmark uses.
 
 /// Recall@K: the share of gold pages among the first `k` retrieved.
 pub fn recall_at(ranked: &[u32], gold: &[u32], k: usize) -> f64 {
@@ -22,6 +22,16 @@ pub fn rr_at(ranked: &[u32], gold: &[u32], k: usize) -> f64 {
     ranked.iter().take(k).position(|r| gold.contains(r)).map_or(0.0, |i| 1.0 / (i + 1) as f64)
 }
 
+/// The `p` quantile (0..=1) of `values`, nearest rank; NaN when there are none.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n => sorted[(((n - 1) as f64) * p.clamp(0.0, 1.0)).round() as usize],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +50,15 @@ mod tests {
         assert!((ndcg_at(&ranked, &gold, 4) - dcg / ideal).abs() < 1e-12);
         assert_eq!(ndcg_at(&[3], &[3], 1), 1.0);
         assert_eq!(ndcg_at(&ranked, &[], 4), 0.0);
+    }
+
+    #[test]
+    fn percentile_is_the_nearest_rank() {
+        let v = [5.0, 1.0, 4.0, 2.0, 3.0];
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&v, 0.5), 3.0);
+        assert_eq!(percentile(&v, 1.0), 5.0);
+        assert_eq!(percentile(&v, 0.99), 5.0);
+        assert!(percentile(&[], 0.5).is_nan());
     }
 }

@@ -1,0 +1,262 @@
+//! Answer quality: one profile's answer to one question as a record of the results log, the
+//! log itself (appended as answers come, so a stopped run goes on where it was), and the rows
+//! of the comparison table.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::accuracy::is_correct;
+use super::metrics::{percentile, recall_at, rr_at};
+use super::{EvalError, Question};
+use crate::pipeline::{RequestHost, ResolvedProfile, Services};
+use crate::plugins::StageRuntime;
+use crate::store::DocumentRecord;
+
+/// What the log records as the prediction when a profile says a question is not answerable.
+pub const ABSTAINED: &str = "Not answerable";
+
+/// One profile's answer to one question: a line of the results log, and all a row needs.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct AnswerRecord {
+    pub profile: String,
+    pub qid: String,
+    pub source: String,
+    pub gold: String,
+    pub predicted: String,
+    pub correct: bool,
+    /// The run failed (the error is the prediction).
+    pub failed: bool,
+    pub seconds: f64,
+    pub llm_calls: u64,
+    pub tokens: u64,
+    /// Of the prompt tokens, those read from an earlier prompt's cache.
+    #[serde(default)]
+    pub reused_tokens: u64,
+    /// The pipeline's final page order (0 for a page of another document).
+    pub ranked: Vec<u32>,
+    pub evidence_pages: Vec<u32>,
+}
+
+/// Asks `question` of `doc` with `profile` (named `name`) and scores the answer.
+pub fn answer_question(
+    runtime: &StageRuntime,
+    services: &Arc<Services>,
+    name: &str,
+    profile: &ResolvedProfile,
+    question: &Question,
+    doc: &DocumentRecord,
+) -> AnswerRecord {
+    let host = Arc::new(RequestHost::new(services.clone(), vec![doc.clone()], 0));
+    let outcome = crate::pipeline::run(runtime, profile, host, &question.question);
+    let mut record = AnswerRecord {
+        profile: name.to_string(),
+        qid: question.qid.clone(),
+        source: question.source.clone(),
+        gold: question.answer.clone(),
+        predicted: String::new(),
+        correct: false,
+        failed: false,
+        seconds: 0.0,
+        llm_calls: 0,
+        tokens: 0,
+        reused_tokens: 0,
+        ranked: Vec::new(),
+        evidence_pages: question.evidence_pages.clone(),
+    };
+    match outcome {
+        Ok(o) => {
+            record.predicted = if o.answerable { o.answer.clone() } else { ABSTAINED.into() };
+            record.correct = is_correct(&o.answer, o.answerable, &question.answer, question.answerable);
+            record.seconds = o.ms / 1000.0;
+            record.llm_calls = o.llm_calls;
+            record.tokens = o.tokens;
+            record.reused_tokens = o.reused_tokens;
+            record.ranked = o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).collect();
+        }
+        Err(e) => {
+            record.predicted = format!("error: {e}");
+            record.failed = true;
+        }
+    }
+    record
+}
+
+/// The results log: one JSON record a line, appended as each answer comes.
+pub struct ResultsLog {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl ResultsLog {
+    /// Opens the log at `path` for appending, with the records an earlier run left there. A
+    /// torn last line (a run killed mid-write) is ended, and its answer is asked again.
+    pub fn open(path: &Path) -> Result<(ResultsLog, Vec<AnswerRecord>), EvalError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(EvalError::Read { path: path.to_path_buf(), source }),
+        };
+        let records = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let write_err = |source| EvalError::Write { path: path.to_path_buf(), source };
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(write_err)?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            writeln!(file).map_err(write_err)?;
+        }
+        Ok((ResultsLog { path: path.to_path_buf(), file }, records))
+    }
+
+    /// Appends `record` as one line.
+    pub fn append(&mut self, record: &AnswerRecord) -> Result<(), EvalError> {
+        let line = serde_json::to_string(record).map_err(|e| EvalError::Write { path: self.path.clone(), source: e.into() })?;
+        writeln!(self.file, "{line}").map_err(|source| EvalError::Write { path: self.path.clone(), source })
+    }
+}
+
+/// One profile's row of the comparison table.
+#[derive(Debug, Default, Clone)]
+pub struct AnswerRow {
+    pub n: usize,
+    pub correct: usize,
+    pub failed: usize,
+    /// Answered questions with gold pages, over which recall and MRR are means.
+    pub with_gold: usize,
+    recall: Vec<f64>,
+    mrr: f64,
+    seconds: Vec<f64>,
+    llm_calls: u64,
+    tokens: u64,
+    reused_tokens: u64,
+    /// Unanswerable questions, and those of them the profile said were not answerable.
+    pub unanswerable: usize,
+    pub abstained_right: usize,
+    /// Answerable questions the profile said were not answerable.
+    pub abstained_wrong: usize,
+}
+
+impl AnswerRow {
+    /// Counts `r`, an answer to a question the benchmark deems `answerable` or not.
+    fn add(&mut self, r: &AnswerRecord, answerable: bool, ks: &[usize]) {
+        self.recall.resize(ks.len(), 0.0);
+        self.n += 1;
+        self.correct += usize::from(r.correct);
+        self.failed += usize::from(r.failed);
+        self.seconds.push(r.seconds);
+        self.llm_calls += r.llm_calls;
+        self.tokens += r.tokens;
+        self.reused_tokens += r.reused_tokens;
+        if !r.failed {
+            match (answerable, r.predicted == ABSTAINED) {
+                (false, abstained) => {
+                    self.unanswerable += 1;
+                    self.abstained_right += usize::from(abstained);
+                }
+                (true, true) => self.abstained_wrong += 1,
+                (true, false) => {}
+            }
+        }
+        if !r.failed && !r.evidence_pages.is_empty() {
+            self.with_gold += 1;
+            for (i, &k) in ks.iter().enumerate() {
+                self.recall[i] += recall_at(&r.ranked, &r.evidence_pages, k);
+            }
+            self.mrr += rr_at(&r.ranked, &r.evidence_pages, 10);
+        }
+    }
+
+    fn per_question(&self, v: f64) -> f64 {
+        v / self.n.max(1) as f64
+    }
+
+    /// Mean Recall@K of the final page order at each K.
+    pub fn recall(&self) -> Vec<f64> {
+        self.recall.iter().map(|x| x / self.with_gold.max(1) as f64).collect()
+    }
+
+    /// Mean RR@10 of the final page order.
+    pub fn mrr(&self) -> f64 {
+        self.mrr / self.with_gold.max(1) as f64
+    }
+
+    /// Share of the questions answered correctly (failures count as wrong).
+    pub fn accuracy(&self) -> f64 {
+        self.per_question(self.correct as f64)
+    }
+
+    /// Answerable questions answered without an error.
+    pub fn answerable_answered(&self) -> usize {
+        self.n - self.failed - self.unanswerable
+    }
+
+    /// Mean and median seconds per question.
+    pub fn seconds(&self) -> (f64, f64) {
+        (self.per_question(self.seconds.iter().sum()), percentile(&self.seconds, 0.5))
+    }
+
+    /// Model calls, tokens and reused prompt tokens per question.
+    pub fn per_question_costs(&self) -> (f64, f64, f64) {
+        (self.per_question(self.llm_calls as f64), self.per_question(self.tokens as f64), self.per_question(self.reused_tokens as f64))
+    }
+}
+
+/// A row per profile over `records`; `answerable` says which questions the benchmark deems
+/// answerable (those it does not name count as answerable).
+pub fn answer_rows(records: &[AnswerRecord], answerable: &HashMap<&str, bool>, ks: &[usize]) -> BTreeMap<String, AnswerRow> {
+    let mut rows: BTreeMap<String, AnswerRow> = BTreeMap::new();
+    for r in records {
+        rows.entry(r.profile.clone()).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(qid: &str, predicted: &str, correct: bool, ranked: Vec<u32>, gold: Vec<u32>) -> AnswerRecord {
+        AnswerRecord {
+            profile: "p".into(),
+            qid: qid.into(),
+            source: "s".into(),
+            gold: String::new(),
+            predicted: predicted.into(),
+            correct,
+            failed: false,
+            seconds: 2.0,
+            llm_calls: 3,
+            tokens: 100,
+            reused_tokens: 10,
+            ranked,
+            evidence_pages: gold,
+        }
+    }
+
+    #[test]
+    fn rows_count_accuracy_abstentions_and_recall() {
+        let records =
+            [record("a", "59%", true, vec![7, 2], vec![2]), record("b", ABSTAINED, true, vec![], vec![]), record("c", ABSTAINED, false, vec![1], vec![4])];
+        let answerable = HashMap::from([("a", true), ("b", false), ("c", true)]);
+        let row = &answer_rows(&records, &answerable, &[1, 5])["p"];
+        assert_eq!((row.n, row.correct, row.unanswerable, row.abstained_right, row.abstained_wrong), (3, 2, 1, 1, 1));
+        assert_eq!(row.with_gold, 2);
+        assert_eq!(row.recall(), vec![0.0, 0.5]);
+        assert_eq!(row.mrr(), 0.25);
+        assert!((row.accuracy() - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(row.per_question_costs(), (3.0, 100.0, 10.0));
+    }
+
+    #[test]
+    fn the_log_keeps_what_it_held_and_mends_a_torn_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("log.jsonl");
+        let whole = serde_json::to_string(&record("a", "1", true, vec![], vec![])).expect("json");
+        std::fs::write(&path, format!("{whole}\n{{\"profile\": \"p\", \"qi")).expect("write");
+        let (mut log, held) = ResultsLog::open(&path).expect("open");
+        assert_eq!(held.len(), 1, "the torn line is not a record");
+        log.append(&record("b", "2", false, vec![], vec![])).expect("append");
+        drop(log);
+        let (_, held) = ResultsLog::open(&path).expect("reopen");
+        assert_eq!(held.iter().map(|r| r.qid.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    }
+}
