@@ -35,13 +35,13 @@ impl KernelSource for AttentionSource {
 /// key padding mask (`[batch, seq]`, 1 for real tokens), scale 1/sqrt(head_dim). The tensors
 /// must live on burn's wgpu device.
 pub fn fused_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<2>) -> Result<Tensor<4>, GpuError> {
-    launch(q, k, v, Masking::Padding(mask), None)
+    launch(q, k, v, Masking::Padding(Box::new(mask)), None)
 }
 
 /// As [`fused_attention`], writing into the buffer of `out` (same shape as `q`). Tests hand
 /// it a tensor full of NaN, so that a value the kernel failed to write cannot pass.
 pub fn fused_attention_into(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<2>, out: Tensor<4>) -> Result<Tensor<4>, GpuError> {
-    launch(q, k, v, Masking::Padding(mask), Some(out))
+    launch(q, k, v, Masking::Padding(Box::new(mask)), Some(out))
 }
 
 /// Causal attention for a decoder: `q` is `[batch, heads, q_len, head_dim]` (the newest tokens),
@@ -58,7 +58,7 @@ pub fn fused_causal_attention_into(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, out
 }
 
 enum Masking {
-    Padding(Tensor<2>),
+    Padding(Box<Tensor<2>>),
     Causal,
 }
 
@@ -78,7 +78,7 @@ fn launch(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, masking: Masking, out: Optio
         return Err(GpuError::Unsupported("attention inputs disagree in shape".into()));
     }
     let (mask, use_mask, causal) = match masking {
-        Masking::Padding(mask) => (mask, 1u32, 0u32),
+        Masking::Padding(mask) => (*mask, 1u32, 0u32),
         // The binding must hold something; the kernel does not read it.
         Masking::Causal => (Tensor::<2>::ones([1, 1], &q.device()), 0, 1),
     };

@@ -236,13 +236,13 @@ pub fn exp(x: f32) -> f32 {
     let x = x.clamp(-87.0, 0.0);
     let t = x * std::f32::consts::LOG2_E + ROUNDER;
     let n = t - ROUNDER;
-    let r = x - n * 0.693_359_375 + n * 2.121_944_4e-4;
+    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_199_9e-3;
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 5e-1;
     let y = p * r * r + r + 1.0;
     let biased = t.to_bits().wrapping_sub(ROUNDER.to_bits()).wrapping_add(127);
     y * f32::from_bits(biased << 23)

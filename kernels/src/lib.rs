@@ -10,7 +10,9 @@ mod maxsim;
 mod maxsim_cpu;
 mod maxsim_gpu;
 mod quant;
+pub mod testing;
 mod topk;
+mod wgsl_layout;
 
 pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
 pub use decoder_cpu::{GroupedShape, RopeLayout, causal_attention, rms_norm, rotary_angles, rotate, silu_gate};

@@ -35,6 +35,12 @@ struct Params {
     sum_groups_x: u32,
 }
 
+// The shader reads its parameters as laid out in maxsim.wgsl; the build stops if the two differ.
+const _: () = assert!(
+    crate::wgsl_layout::wgsl_scalar_struct_size(SHADER, "Params") == std::mem::size_of::<Params>(),
+    "maxsim.wgsl's Params and the Rust Params differ in size"
+);
+
 /// The compiled MaxSim pipeline on one device.
 pub struct MaxSimKernel {
     ctx: Arc<GpuContext>,
@@ -106,7 +112,7 @@ impl MaxSimKernel {
             (pipeline("segment_max"), pipeline("page_sum"))
         })?;
         let limits = ctx.device.limits();
-        let max_chunk_bytes = u64::from(limits.max_storage_buffer_binding_size).min(limits.max_buffer_size) & !15;
+        let max_chunk_bytes = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) & !15;
         Ok(MaxSimKernel { ctx, segment_max, page_sum, max_chunk_bytes, f16 })
     }
 

@@ -2,21 +2,26 @@
 //! here), on odd shapes with random padding.
 
 use burn::prelude::*;
-use burn::tensor::Distribution;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
+use evident_kernels::testing::{Noise, assert_all_close};
 use evident_kernels::{fused_attention_into, fused_causal_attention_into};
-use rand::{Rng, SeedableRng, rngs::StdRng};
+
+/// A tensor of `shape` filled with noise in [-2, 2), seeded so that a failure reproduces.
+fn noise_tensor(rng: &mut Noise, shape: [usize; 4], dev: &Device) -> Tensor<4> {
+    let values: Vec<f32> = rng.uniform(shape.iter().product()).iter().map(|v| 2.0 * v).collect();
+    Tensor::<4>::from_data(TensorData::new(values, shape), dev)
+}
 
 fn check(batch: usize, heads: usize, seq: usize, head_dim: usize, seed: u64) {
     let dev = Device::wgpu(DeviceKind::DefaultDevice);
-    let mut rng = StdRng::seed_from_u64(seed);
-    let rand = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
+    let mut rng = Noise::new(seed);
+    let mut rand = |shape: [usize; 4]| noise_tensor(&mut rng, shape, &dev);
     let (q, k, v) = (rand([batch, heads, seq, head_dim]), rand([batch, heads, seq, head_dim]), rand([batch, heads, seq, head_dim]));
     // Each sequence keeps a random number of real tokens (at least one), the rest is padding.
     let mut mask = vec![0.0f32; batch * seq];
     for b in 0..batch {
-        let real = rng.random_range(1..=seq);
+        let real = 1 + rng.below(seq);
         mask[b * seq..b * seq + real].iter_mut().for_each(|m| *m = 1.0);
     }
     let mask = Tensor::<2>::from_data(TensorData::new(mask, [batch, seq]), &dev);
@@ -26,8 +31,7 @@ fn check(batch: usize, heads: usize, seq: usize, head_dim: usize, seed: u64) {
     let want = attention(q, k, v, Some(pad), None, Default::default());
     let got: Vec<f32> = got.into_data().try_into_vec::<f32>().expect("read back");
     let want: Vec<f32> = want.into_data().try_into_vec::<f32>().expect("read back");
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) });
-    assert!(worst < 1e-4, "[{batch}, {heads}, {seq}, {head_dim}]: differs from burn's attention by {worst}");
+    assert_all_close(&format!("[{batch}, {heads}, {seq}, {head_dim}] against burn's attention"), &got, &want, 0.0, 1e-4);
 }
 
 #[test]
@@ -43,7 +47,8 @@ fn matches_burns_attention_on_odd_shapes() {
 /// to the query heads' count.
 fn check_causal(batch: usize, heads: usize, kv_heads: usize, q_len: usize, kv_len: usize, head_dim: usize) {
     let dev = Device::wgpu(DeviceKind::DefaultDevice);
-    let rand = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
+    let mut rng = Noise::new((batch * 1000 + heads * 100 + q_len * 10 + kv_len) as u64);
+    let mut rand = |shape: [usize; 4]| noise_tensor(&mut rng, shape, &dev);
     let q = rand([batch, heads, q_len, head_dim]);
     let (k, v) = (rand([batch, kv_heads, kv_len, head_dim]), rand([batch, kv_heads, kv_len, head_dim]));
     let noise = Tensor::<4>::full([batch, heads, q_len, head_dim], f32::NAN, &dev);
@@ -56,8 +61,7 @@ fn check_causal(batch: usize, heads: usize, kv_heads: usize, q_len: usize, kv_le
     let want = attention(q, widen(k), widen(v), None, None, options);
     let got: Vec<f32> = got.into_data().try_into_vec::<f32>().expect("read back");
     let want: Vec<f32> = want.into_data().try_into_vec::<f32>().expect("read back");
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) });
-    assert!(worst < 1e-4, "causal [{batch}, {heads}/{kv_heads}, {q_len}x{kv_len}, {head_dim}]: differs from burn's attention by {worst}");
+    assert_all_close(&format!("causal [{batch}, {heads}/{kv_heads}, {q_len}x{kv_len}, {head_dim}] against burn's attention"), &got, &want, 0.0, 1e-4);
 }
 
 #[test]

@@ -3,19 +3,16 @@
 //! shapes; outputs start as noise so that a value the code forgets to write fails.
 
 use evident_kernels::{GroupedShape, RopeLayout, causal_attention, rms_norm, rotary_angles, rotate, silu_gate};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 
-mod common;
-use common::{assert_close, noise};
+use evident_kernels::testing::{Noise, assert_all_close};
 
 #[test]
 fn rms_norm_matches_the_definition() {
-    let mut rng = StdRng::seed_from_u64(1);
+    let mut rng = Noise::new(1);
     for (rows, width) in [(1, 1), (3, 7), (130, 576), (65, 33)] {
-        let x: Vec<f32> = noise(rows * width, &mut rng).iter().map(|v| v * 5.0).collect();
-        let weight = noise(width, &mut rng);
-        let mut got = noise(rows * width, &mut rng);
+        let x: Vec<f32> = rng.uniform(rows * width).iter().map(|v| v * 5.0).collect();
+        let weight = rng.uniform(width);
+        let mut got = rng.uniform(rows * width);
         rms_norm(&x, &weight, 1e-5, &mut got);
         let mut want = vec![0.0f64; rows * width];
         for r in 0..rows {
@@ -25,17 +22,17 @@ fn rms_norm_matches_the_definition() {
                 want[r * width + i] = f64::from(row[i]) / (ms + 1e-5).sqrt() * f64::from(weight[i]);
             }
         }
-        assert_close(&got, &want, 1e-5, &format!("rms norm {rows}x{width}"));
+        assert_all_close(&format!("rms norm {rows}x{width}"), &got, &want, 1e-5, 1e-5);
     }
 }
 
 #[test]
 fn rotary_embedding_rotates_the_first_heads_of_each_row_by_its_position() {
-    let mut rng = StdRng::seed_from_u64(2);
+    let mut rng = Noise::new(2);
     let cases = [(1, 0, 2, 2, 2, 10_000.0), (5, 17, 30, 24, 8, 10_000.0), (70, 1000, 200, 192, 64, 10_000.0), (9, 3000, 272, 256, 128, 1e6)];
     for (rows, first, stride, width, d, base) in cases {
         for layout in [RopeLayout::AdjacentPairs, RopeLayout::Halves] {
-            let before = noise(rows * stride, &mut rng);
+            let before = rng.uniform(rows * stride);
             let mut got = before.clone();
             let (cos, sin) = rotary_angles(first..first + rows, d, base);
             rotate(&mut got, stride, width, d, layout, &cos, &sin);
@@ -55,17 +52,17 @@ fn rotary_embedding_rotates_the_first_heads_of_each_row_by_its_position() {
                     }
                 }
             }
-            assert_close(&got, &want, 1e-5, &format!("rope {layout:?} {rows} rows from {first}, {width} of {stride}, heads of {d}"));
+            assert_all_close(&format!("rope {layout:?} {rows} rows from {first}, {width} of {stride}, heads of {d}"), &got, &want, 1e-5, 1e-5);
         }
     }
 }
 
 #[test]
 fn gated_silu_matches_the_definition_far_into_both_tails() {
-    let mut rng = StdRng::seed_from_u64(3);
+    let mut rng = Noise::new(3);
     for (rows, width) in [(1, 1), (3, 17), (131, 1536)] {
-        let gate_up: Vec<f32> = noise(rows * 2 * width, &mut rng).iter().map(|v| v * 30.0).collect();
-        let mut got = noise(rows * width, &mut rng);
+        let gate_up: Vec<f32> = rng.uniform(rows * 2 * width).iter().map(|v| v * 30.0).collect();
+        let mut got = rng.uniform(rows * width);
         silu_gate(&gate_up, width, &mut got);
         let mut want = vec![0.0f64; rows * width];
         for r in 0..rows {
@@ -74,7 +71,7 @@ fn gated_silu_matches_the_definition_far_into_both_tails() {
                 want[r * width + i] = g / (1.0 + (-g).exp()) * u;
             }
         }
-        assert_close(&got, &want, 1e-5, &format!("gated silu {rows}x{width}"));
+        assert_all_close(&format!("gated silu {rows}x{width}"), &got, &want, 1e-5, 1e-5);
     }
 }
 
@@ -104,7 +101,7 @@ fn causal_reference(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32], sh
 
 #[test]
 fn causal_attention_over_a_cache_matches_the_masked_softmax() {
-    let mut rng = StdRng::seed_from_u64(4);
+    let mut rng = Noise::new(4);
     // (new, past, heads, kv_heads, head_dim, extra columns in each query row); single new
     // tokens after short and long caches take the decoding step's serial and parallel loops.
     for (new, past, heads, kv_heads, d, extra) in
@@ -114,12 +111,12 @@ fn causal_attention_over_a_cache_matches_the_masked_softmax() {
         let q_stride = heads * d + extra;
         let total = new + past;
         // Larger values make the softmax peaked, as trained attention often is.
-        let q: Vec<f32> = noise(new * q_stride, &mut rng).iter().map(|v| v * 3.0).collect();
-        let keys: Vec<f32> = noise(total * kv_heads * d, &mut rng).iter().map(|v| v * 3.0).collect();
-        let values = noise(total * kv_heads * d, &mut rng);
-        let mut got = noise(new * heads * d, &mut rng);
+        let q: Vec<f32> = rng.uniform(new * q_stride).iter().map(|v| v * 3.0).collect();
+        let keys: Vec<f32> = rng.uniform(total * kv_heads * d).iter().map(|v| v * 3.0).collect();
+        let values = rng.uniform(total * kv_heads * d);
+        let mut got = rng.uniform(new * heads * d);
         causal_attention(&q, q_stride, &keys, &values, shape, &mut got);
         let want = causal_reference(&q, q_stride, &keys, &values, shape, new);
-        assert_close(&got, &want, 1e-4, &format!("causal attention {new} new after {past}, {shape:?}"));
+        assert_all_close(&format!("causal attention {new} new after {past}, {shape:?}"), &got, &want, 1e-4, 1e-4);
     }
 }

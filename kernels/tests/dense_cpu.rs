@@ -3,20 +3,17 @@
 //! code forgets to write fails.
 
 use evident_kernels::{AttentionShape, SequenceSpan, Weight, attention_cpu, layer_norm, linear};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 
-mod common;
-use common::{assert_close, noise};
+use evident_kernels::testing::{Noise, assert_all_close};
 
 #[test]
 fn linear_adds_bias_and_optionally_what_was_there() {
-    let mut rng = StdRng::seed_from_u64(3);
+    let mut rng = Noise::new(3);
     for (rows, inp, out) in [(1, 1, 1), (5, 3, 7), (77, 384, 130), (130, 37, 1536), (0, 4, 4)] {
-        let x = noise(rows * inp, &mut rng);
-        let w = noise(out * inp, &mut rng);
-        let bias = noise(out, &mut rng);
-        let before = noise(rows * out, &mut rng);
+        let x = rng.uniform(rows * inp);
+        let w = rng.uniform(out * inp);
+        let bias = rng.uniform(out);
+        let before = rng.uniform(rows * out);
         for accumulate in [false, true] {
             let mut got = before.clone();
             linear(&x, rows, Weight { values: &w, inp, out }, &bias, &mut got, accumulate);
@@ -28,18 +25,18 @@ fn linear_adds_bias_and_optionally_what_was_there() {
                     want[r * out + o] = dot + f64::from(bias[o]) + prior;
                 }
             }
-            assert_close(&got, &want, 1e-4, &format!("linear {rows}x{inp}->{out} accumulate {accumulate}"));
+            assert_all_close(&format!("linear {rows}x{inp}->{out} accumulate {accumulate}"), &got, &want, 1e-4, 1e-4);
         }
     }
 }
 
 #[test]
 fn layer_norm_matches_the_definition() {
-    let mut rng = StdRng::seed_from_u64(5);
+    let mut rng = Noise::new(5);
     for (rows, width) in [(1, 1), (3, 7), (129, 384)] {
-        let x: Vec<f32> = noise(rows * width, &mut rng).iter().map(|v| v * 5.0 + 2.0).collect();
-        let gamma = noise(width, &mut rng);
-        let beta = noise(width, &mut rng);
+        let x: Vec<f32> = rng.uniform(rows * width).iter().map(|v| v * 5.0 + 2.0).collect();
+        let gamma = rng.uniform(width);
+        let beta = rng.uniform(width);
         let mut got = x.clone();
         layer_norm(&mut got, width, &gamma, &beta, 1e-12);
         let mut want = Vec::new();
@@ -50,7 +47,7 @@ fn layer_norm_matches_the_definition() {
                 want.push((f64::from(*v) - mean) / (var + 1e-12).sqrt() * f64::from(gamma[i]) + f64::from(beta[i]));
             }
         }
-        assert_close(&got, &want, 1e-4, &format!("layer norm {rows}x{width}"));
+        assert_all_close(&format!("layer norm {rows}x{width}"), &got, &want, 1e-4, 1e-4);
     }
 }
 
@@ -79,7 +76,7 @@ fn attention_reference(qkv: &[f32], spans: &[SequenceSpan], heads: usize, d: usi
 
 #[test]
 fn packed_attention_matches_per_sequence_softmax() {
-    let mut rng = StdRng::seed_from_u64(9);
+    let mut rng = Noise::new(9);
     for (lens, heads, d) in [(vec![1], 1, 1), (vec![3, 1, 17], 3, 5), (vec![130, 256, 2], 12, 32)] {
         let mut spans = Vec::new();
         let mut start = 0;
@@ -89,10 +86,10 @@ fn packed_attention_matches_per_sequence_softmax() {
         }
         let width = heads * d;
         // Larger values make the softmax peaked, as trained attention often is.
-        let qkv: Vec<f32> = noise(start * 3 * width, &mut rng).iter().map(|v| v * 3.0).collect();
-        let mut got = noise(start * width, &mut rng);
+        let qkv: Vec<f32> = rng.uniform(start * 3 * width).iter().map(|v| v * 3.0).collect();
+        let mut got = rng.uniform(start * width);
         attention_cpu(&qkv, &spans, AttentionShape { heads, head_dim: d }, &mut got);
         let want = attention_reference(&qkv, &spans, heads, d);
-        assert_close(&got, &want, 1e-4, &format!("attention {spans:?} heads {heads} dim {d}"));
+        assert_all_close(&format!("attention {spans:?} heads {heads} dim {d}"), &got, &want, 1e-4, 1e-4);
     }
 }

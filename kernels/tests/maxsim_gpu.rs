@@ -3,36 +3,24 @@
 
 use std::sync::{Arc, OnceLock};
 
+use evident_kernels::testing::{Noise, assert_all_close};
 use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, maxsim_reference};
-use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn gpu() -> Arc<GpuContext> {
     static GPU: OnceLock<Arc<GpuContext>> = OnceLock::new();
     GPU.get_or_init(|| GpuContext::new(AdapterChoice::Any).expect("a wgpu adapter (set-up installs Mesa's lavapipe)")).clone()
 }
 
-fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
-}
-
-fn build(rng: &mut StdRng, dim: usize, page_tokens: &[usize], query_tokens: &[usize]) -> (PageVectors, QueryBatch) {
+fn build(rng: &mut Noise, dim: usize, page_tokens: &[usize], query_tokens: &[usize]) -> (PageVectors, QueryBatch) {
     let mut pages = PageVectors::new(dim);
     for &n in page_tokens {
-        pages.push_page(&random(rng, n * dim));
+        pages.push_page(&rng.uniform(n * dim));
     }
     let mut queries = QueryBatch::new(dim);
     for &n in query_tokens {
-        queries.push_query(&random(rng, n * dim));
+        queries.push_query(&rng.uniform(n * dim));
     }
     (pages, queries)
-}
-
-fn assert_close(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: score count");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let err = (g - w).abs() / w.abs().max(1.0);
-        assert!(err < 1e-3, "{what}: score {i} is {g}, reference {w}");
-    }
 }
 
 fn check(what: &str, kernel: &MaxSimKernel, pages: &PageVectors, queries: &QueryBatch) {
@@ -41,15 +29,15 @@ fn check(what: &str, kernel: &MaxSimKernel, pages: &PageVectors, queries: &Query
     // Twice on the same resident pages: the second call must not depend on the first.
     for round in 0..2 {
         let got = kernel.score(&resident, queries).expect("scores");
-        assert_close(&format!("{what} (GPU, call {round})"), &got, &want);
+        assert_all_close(&format!("{what} (GPU, call {round})"), &got, &want, 1e-3, 1e-3);
     }
-    assert_close(&format!("{what} (CPU)"), &MaxSimCpu::new(2).score(pages, queries), &want);
+    assert_all_close(&format!("{what} (CPU)"), &MaxSimCpu::new(2).score(pages, queries), &want, 1e-3, 1e-3);
 }
 
 #[test]
 fn one_query_token_and_one_token_pages() {
     let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
-    let mut rng = StdRng::seed_from_u64(1);
+    let mut rng = Noise::new(1);
     let (pages, queries) = build(&mut rng, 384, &[1, 1, 1, 2, 1, 3], &[1]);
     check("1 query token, 1-token pages", &kernel, &pages, &queries);
 }
@@ -57,7 +45,7 @@ fn one_query_token_and_one_token_pages() {
 #[test]
 fn long_pages_odd_dimensions_and_empty_pages() {
     let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
-    let mut rng = StdRng::seed_from_u64(2);
+    let mut rng = Noise::new(2);
     let (pages, queries) = build(&mut rng, 37, &[1013, 0, 1, 2049, 7], &[5, 1, 19]);
     check("dim 37, 1,000+-token pages, an empty page", &kernel, &pages, &queries);
     let (pages, queries) = build(&mut rng, 384, &[1200, 31, 0, 999], &[20, 9, 13, 7, 3]);
@@ -66,8 +54,8 @@ fn long_pages_odd_dimensions_and_empty_pages() {
 
 #[test]
 fn ten_thousand_pages_in_several_device_buffers() {
-    let mut rng = StdRng::seed_from_u64(3);
-    let sizes: Vec<usize> = (0..10_000).map(|_| rng.random_range(1..9)).collect();
+    let mut rng = Noise::new(3);
+    let sizes: Vec<usize> = (0..10_000).map(|_| 1 + rng.below(8)).collect();
     let (pages, queries) = build(&mut rng, 64, &sizes, &[11, 3]);
     let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
     check("10,000 pages, one buffer", &kernel, &pages, &queries);
@@ -79,7 +67,7 @@ fn ten_thousand_pages_in_several_device_buffers() {
 #[test]
 fn more_query_tokens_than_one_dispatch_takes() {
     let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles");
-    let mut rng = StdRng::seed_from_u64(4);
+    let mut rng = Noise::new(4);
     // 9 queries, 333 tokens in all: the batch is split across dispatches.
     let (pages, queries) = build(&mut rng, 48, &[3, 17, 250, 1], &[40, 40, 40, 40, 40, 40, 40, 40, 13]);
     check("333 query tokens", &kernel, &pages, &queries);
@@ -117,7 +105,7 @@ fn the_best_token_is_found_anywhere_in_a_very_long_page() {
 #[test]
 fn f32_storage_matches_too() {
     let kernel = MaxSimKernel::with_storage(gpu(), false).expect("kernel compiles");
-    let mut rng = StdRng::seed_from_u64(5);
+    let mut rng = Noise::new(5);
     let (pages, queries) = build(&mut rng, 384, &[700, 1, 0, 33], &[20, 4]);
     check("f32 storage", &kernel, &pages, &queries);
 }

@@ -2,41 +2,37 @@
 //! of odd shapes: decoding, the matrix-vector product on every CPU path, and the many-row
 //! product (prompt pass) on every matmul path.
 
-mod common;
-
-use common::{assert_close, noise};
+use evident_kernels::testing::{Noise, assert_all_close};
 use evident_kernels::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, vnni_rounded};
 use half::{bf16, f16};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 fn f16_bytes(v: f32) -> [u8; 2] {
     f16::from_f32(v).to_le_bytes()
 }
 
 /// Random GGUF blocks: random quant bits, scales in the ranges real files have.
-fn random_gguf_blocks(encoding: BlockEncoding, blocks: usize, rng: &mut StdRng) -> Vec<u8> {
+fn random_gguf_blocks(encoding: BlockEncoding, blocks: usize, rng: &mut Noise) -> Vec<u8> {
     let mut raw = Vec::new();
-    let bytes = |n: usize, raw: &mut Vec<u8>, rng: &mut StdRng| raw.extend((0..n).map(|_| rng.random::<u8>()));
+    let bytes = |n: usize, raw: &mut Vec<u8>, rng: &mut Noise| raw.extend(rng.bytes(n));
     for _ in 0..blocks {
         match encoding {
             BlockEncoding::Q4_0 | BlockEncoding::Q5_0 | BlockEncoding::Q8_0 => {
-                raw.extend(f16_bytes(rng.random_range(0.001..0.1)));
+                raw.extend(f16_bytes(rng.range(0.001, 0.1)));
                 bytes(encoding.gguf_block_bytes() - 2, &mut raw, rng);
             }
             BlockEncoding::Q4_1 => {
-                raw.extend(f16_bytes(rng.random_range(0.001..0.1)));
-                raw.extend(f16_bytes(rng.random_range(-0.5..0.5)));
+                raw.extend(f16_bytes(rng.range(0.001, 0.1)));
+                raw.extend(f16_bytes(rng.range(-0.5, 0.5)));
                 bytes(16, &mut raw, rng);
             }
             BlockEncoding::Q4_K => {
-                raw.extend(f16_bytes(rng.random_range(0.0001..0.01)));
-                raw.extend(f16_bytes(rng.random_range(0.0001..0.01)));
+                raw.extend(f16_bytes(rng.range(0.0001, 0.01)));
+                raw.extend(f16_bytes(rng.range(0.0001, 0.01)));
                 bytes(12 + 128, &mut raw, rng);
             }
             BlockEncoding::Q6_K => {
                 bytes(128 + 64 + 16, &mut raw, rng);
-                raw.extend(f16_bytes(rng.random_range(0.0001..0.01)));
+                raw.extend(f16_bytes(rng.range(0.0001, 0.01)));
             }
         }
     }
@@ -152,7 +148,7 @@ fn dense_product(w: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, V
 
 #[test]
 fn blocks_decode_as_ggml_does() {
-    let mut rng = StdRng::seed_from_u64(3);
+    let mut rng = Noise::new(3);
     for encoding in BlockEncoding::ALL {
         for (rows, cols) in shapes(encoding) {
             let raw = random_gguf_blocks(encoding, rows * cols / encoding.block_weights(), &mut rng);
@@ -160,10 +156,10 @@ fn blocks_decode_as_ggml_does() {
             let mut flat = Vec::new();
             dequantize_gguf(encoding, &raw, &mut flat);
             let want64: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-            assert_close(&flat, &want64, 1e-6, &format!("{encoding:?} dequantize_gguf"));
+            assert_all_close(&format!("{encoding:?} dequantize_gguf"), &flat, &want64, 1e-6, 1e-6);
             let m = QuantMatrix::from_gguf_blocks(encoding, rows, cols, &raw).expect("valid blocks");
             for r in [0, rows / 2, rows - 1] {
-                assert_close(&m.row(r), &want64[r * cols..(r + 1) * cols], 1e-6, &format!("{encoding:?} {rows}x{cols} row {r}"));
+                assert_all_close(&format!("{encoding:?} {rows}x{cols} row {r}"), &m.row(r), &want64[r * cols..(r + 1) * cols], 1e-6, 1e-6);
             }
         }
     }
@@ -172,13 +168,13 @@ fn blocks_decode_as_ggml_does() {
 #[test]
 fn block_matvec_equals_the_dequantised_product() {
     println!("paths on this CPU: {:?}", CpuPath::available());
-    let mut rng = StdRng::seed_from_u64(17);
+    let mut rng = Noise::new(17);
     for encoding in BlockEncoding::ALL {
         for (rows, cols) in shapes(encoding) {
             let raw = random_gguf_blocks(encoding, rows * cols / encoding.block_weights(), &mut rng);
             let m = QuantMatrix::from_gguf_blocks(encoding, rows, cols, &raw).expect("valid blocks");
             let dense = reference_dequantize(encoding, &raw);
-            let x = noise(cols, &mut rng);
+            let x = rng.uniform(cols);
             let (want, scale) = dense_product(&dense, &x, rows, cols);
             for path in CpuPath::available() {
                 let mut out = vec![f32::NAN; rows];
@@ -212,7 +208,7 @@ fn round_bf16(v: &[f32]) -> Vec<f32> {
 #[test]
 fn many_row_products_equal_the_dequantised_product_on_every_path() {
     println!("matmul paths on this CPU: {:?}", MatmulPath::available());
-    let mut rng = StdRng::seed_from_u64(29);
+    let mut rng = Noise::new(29);
     let stacked_shapes = [(BlockEncoding::Q4_K, BlockEncoding::Q6_K, 256), (BlockEncoding::Q5_0, BlockEncoding::Q8_0, 96)];
     for (first, second, cols) in stacked_shapes {
         // Two parts in different encodings stacked (as query/key/value are), 12-row panels
@@ -227,7 +223,7 @@ fn many_row_products_equal_the_dequantised_product_on_every_path() {
         let dense = [reference_dequantize(first, &raw_a), reference_dequantize(second, &raw_b)].concat();
         let decoded: Vec<f32> = (0..rows).flat_map(|r| w.row(r)).collect();
         for m in [1, 5, 9, 31, 33, 70] {
-            let x = noise(m * cols, &mut rng);
+            let x = rng.uniform(m * cols);
             for path in MatmulPath::available() {
                 // bfloat16 products are checked against the product of the rounded inputs (the
                 // kernels' own decoding, checked against ggml's above, rounded: a weight one f32
@@ -241,7 +237,7 @@ fn many_row_products_equal_the_dequantised_product_on_every_path() {
                     }
                     MatmulPath::F32Panels => (dense.clone(), x.clone()),
                 };
-                let prior: Vec<f32> = (0..m * rows).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let prior: Vec<f32> = (0..m * rows).map(|_| rng.range(-1.0, 1.0)).collect();
                 for accumulate in [false, true] {
                     let mut out = prior.clone();
                     w.matmul_on(path, &x, m, &mut out, accumulate);
@@ -264,11 +260,11 @@ fn many_row_products_equal_the_dequantised_product_on_every_path() {
 
 #[test]
 fn f32_rows_stacking_and_shape_errors() {
-    let mut rng = StdRng::seed_from_u64(5);
+    let mut rng = Noise::new(5);
     let (rows, cols) = (9, 37);
-    let values: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let values: Vec<f32> = (0..rows * cols).map(|_| rng.range(-1.0, 1.0)).collect();
     let m = QuantMatrix::from_f32(rows, cols, values.clone()).expect("shape");
-    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let x: Vec<f32> = (0..cols).map(|_| rng.range(-1.0, 1.0)).collect();
     for path in CpuPath::available() {
         let mut out = vec![f32::NAN; rows];
         m.matvec_on(path, &x, &mut out);
@@ -278,7 +274,7 @@ fn f32_rows_stacking_and_shape_errors() {
         }
     }
     // An odd width cannot pair up for bfloat16: the product still comes out right.
-    let xs: Vec<f32> = (0..3 * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let xs: Vec<f32> = (0..3 * cols).map(|_| rng.range(-1.0, 1.0)).collect();
     for path in MatmulPath::available() {
         let mut out = vec![0.0; 3 * rows];
         m.matmul_on(path, &xs, 3, &mut out, false);
