@@ -163,14 +163,20 @@ if ! "$VENV/bin/python" -c "import openai, selenium" 2>/dev/null; then
   "$VENV/bin/pip" install --quiet openai==3.57.0 selenium==4.51.0
 fi
 
-# 4. The WebAssembly target for stage plugins.
+# 4. The WebAssembly target for stage plugins, and rustfmt and clippy for the test script.
 if command -v rustup >/dev/null; then
   if ! rustup target list --installed | grep -qx wasm32-wasip2; then
     say "adding the wasm32-wasip2 Rust target"
     rustup target add wasm32-wasip2
   fi
+  for component in rustfmt clippy; do
+    if ! rustup component list --installed | grep -q "^$component"; then
+      say "adding the $component Rust component"
+      rustup component add "$component"
+    fi
+  done
 else
-  say "rustup not found: install the wasm32-wasip2 target for your Rust toolchain to build plugins"
+  say "rustup not found: install the wasm32-wasip2 target and the rustfmt and clippy components for your Rust toolchain"
 fi
 
 # 5. A Vulkan driver for the WGSL kernels; Mesa's software one when there is none.

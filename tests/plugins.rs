@@ -59,7 +59,10 @@ impl Fixture {
     }
 }
 
-fn profile(runtime: &StageRuntime, stages: &[(StageKind, &str, &[(&str, &str)])]) -> ResolvedProfile {
+/// A stage of a test profile: its kind, plugin and parameters.
+type StageSpec<'a> = (StageKind, &'a str, &'a [(&'a str, &'a str)]);
+
+fn profile(runtime: &StageRuntime, stages: &[StageSpec]) -> ResolvedProfile {
     let mut bindings = BTreeMap::new();
     let mut components = HashMap::new();
     for (kind, plugin, params) in stages {
@@ -356,7 +359,7 @@ fn hievi_runs_end_to_end_through_wasmtime() {
     assert!(questions <= 3, "at most two children: {}", out.trace[0].output);
     assert_eq!(stages.iter().filter(|s| **s == "verify").count(), questions, "each question verified");
     assert_eq!(stages.iter().filter(|s| **s == "rerank").count(), questions, "each question reranked");
-    assert!(out.llm_calls >= 1 + 4, "decomposition and per-page judging asked the model: {}", out.llm_calls);
+    assert!(out.llm_calls > 4, "decomposition and per-page judging asked the model: {}", out.llm_calls);
     assert_eq!(out.ranked_pages.len(), 4, "the root keeps all its pages, verified first");
     if out.answerable {
         assert!(!out.evidence.is_empty());

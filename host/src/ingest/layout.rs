@@ -94,10 +94,10 @@ fn group_words(glyphs: &[Glyph]) -> Vec<StyledWord> {
         if g.generated && g.bbox.width() <= 0.0 {
             continue;
         }
-        if let (Some(_), Some(prev)) = (current.as_ref(), last) {
-            if starts_new_word(prev, g) {
-                words.extend(current.take());
-            }
+        if let (Some(_), Some(prev)) = (current.as_ref(), last)
+            && starts_new_word(prev, g)
+        {
+            words.extend(current.take());
         }
         let direction = Direction::of(g.angle);
         match current.as_mut() {
@@ -140,9 +140,15 @@ fn starts_new_word(prev: &Glyph, next: &Glyph) -> bool {
     !same_line || gap > 0.25 * size || n.x0 < p.x0 - 0.5 * size
 }
 
+/// The font size, boldness and character count of each run of a line or block.
+type Styles = Vec<(f32, bool, usize)>;
+
+/// A line being built: the line, its direction, its frame box, the frame box of its last word,
+/// and its styles.
+type OpenLine = (Line, Direction, BoundingBox, BoundingBox, Styles);
+
 fn group_lines(words: Vec<StyledWord>) -> Vec<StyledLine> {
-    // (line, its direction, its frame box, the frame box of its last word, styles)
-    let mut lines: Vec<(Line, Direction, BoundingBox, BoundingBox, Vec<(f32, bool, usize)>)> = Vec::new();
+    let mut lines: Vec<OpenLine> = Vec::new();
     for w in words {
         let len = w.word.text.chars().count();
         let joins = match lines.last() {
@@ -192,7 +198,7 @@ fn dominant_style(styles: &[(f32, bool, usize)]) -> (f32, bool) {
 
 fn group_blocks(lines: Vec<StyledLine>) -> Vec<Block> {
     // (block, the last line with its direction and frame, styles)
-    let mut blocks: Vec<(Block, StyledLine, Vec<(f32, bool, usize)>)> = Vec::new();
+    let mut blocks: Vec<(Block, StyledLine, Styles)> = Vec::new();
     for l in lines {
         let len = l.line.words.iter().map(|w| w.text.chars().count()).sum();
         let joins = match blocks.last() {

@@ -200,7 +200,7 @@ impl Bert {
         let positions = Tensor::<1, Int>::arange(0..seq as i64, dev);
         let word = ops::embedding(self.word.clone(), ids);
         let pos = self.position.clone().select(0, positions).unsqueeze::<3>();
-        let typ = self.token_type.clone().slice([0..1]).unsqueeze::<3>();
+        let typ = self.token_type.clone().narrow(0, 0, 1).unsqueeze::<3>();
         let mut x = self.embed_norm.forward(word + pos + typ);
         for layer in &self.layers {
             let split = |t: Tensor<3>| t.reshape([batch, seq, heads, h / heads]).swap_dims(1, 2);

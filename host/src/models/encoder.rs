@@ -48,7 +48,7 @@ pub struct TextEncoder {
 /// The network behind the encoder: burn's on a GPU (or wherever a caller asks for it), the
 /// native one on the CPU.
 enum Network {
-    Burn { bert: Bert, attention: Box<AttentionFn> },
+    Burn { bert: Box<Bert>, attention: Box<AttentionFn> },
     Cpu(CpuBert),
 }
 
@@ -74,7 +74,7 @@ impl TextEncoder {
 
     /// Loads burn's network on `device` with a chosen attention implementation.
     pub fn load_with_attention(dir: &Path, device: &Device, attention: Box<AttentionFn>) -> Result<TextEncoder, ModelError> {
-        TextEncoder::with_network(dir, Network::Burn { bert: Bert::load(dir, device)?, attention })
+        TextEncoder::with_network(dir, Network::Burn { bert: Box::new(Bert::load(dir, device)?), attention })
     }
 
     fn with_network(dir: &Path, network: Network) -> Result<TextEncoder, ModelError> {

@@ -173,7 +173,7 @@ mod tests {
         fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
             *self.calls.borrow_mut() += 1;
             let flags: Vec<&str> =
-                request.prompt.split("\n[").skip(0).filter(|p| p.contains("(page")).map(|p| if p.contains("evidence here") { "T" } else { "F" }).collect();
+                request.prompt.split("\n[").filter(|p| p.contains("(page")).map(|p| if p.contains("evidence here") { "T" } else { "F" }).collect();
             Ok(Generation { text: format!("<evidence_page>{}</evidence_page>", flags.join(" ")), prompt_tokens: 1, completion_tokens: 1, finished: true })
         }
         fn score_choices(&self, _: &str, prompt: &str, _: &[String]) -> Result<Vec<f32>, String> {

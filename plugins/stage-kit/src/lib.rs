@@ -86,10 +86,12 @@ pub fn cited_numbers(text: &str, count: usize) -> Vec<usize> {
     while let Some(open) = rest.find('[') {
         rest = &rest[open + 1..];
         let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        if let Ok(n) = digits.parse::<usize>() {
-            if (1..=count).contains(&n) && !out.contains(&n) && rest[digits.len()..].starts_with(']') {
-                out.push(n);
-            }
+        if let Ok(n) = digits.parse::<usize>()
+            && (1..=count).contains(&n)
+            && !out.contains(&n)
+            && rest[digits.len()..].starts_with(']')
+        {
+            out.push(n);
         }
     }
     out
