@@ -92,11 +92,8 @@ impl Server {
         }
         // The appliance refuses a stage limit longer than the request's, so a short request
         // timeout brings the stage limit down with it.
-        let stage_limit = server
-            .lines()
-            .find_map(|l| l.strip_prefix("request_timeout_s = "))
-            .map(|v| format!("[plugins.limits]\ntimeout_s = {v}\n"))
-            .unwrap_or_default();
+        let stage_limit =
+            server.lines().find_map(|l| l.strip_prefix("request_timeout_s = ")).map(|v| format!("[plugins.limits]\ntimeout_s = {v}\n")).unwrap_or_default();
         let config = dir.path().join("appliance.toml");
         std::fs::write(
             &config,
@@ -631,9 +628,15 @@ fn every_kind_of_error_answers_with_its_own_status() {
     check(s.ask(json!({ "question": "word ".repeat(8000) })), 413, "too_large", "an oversized body");
     check(s.get("/v1/documents/0123456789abcdef", Some(READ)), 404, "not_found", "an unknown document");
     check(s.get("/v1/jobs/job-999", Some(READ)), 404, "not_found", "an unknown job");
-    let swap = s.call("PUT", "/v1/profiles/quick/stages/memory", Some(ADMIN), Some(("application/json", json!({ "plugin": "nobody" }).to_string().into_bytes())));
+    let swap =
+        s.call("PUT", "/v1/profiles/quick/stages/memory", Some(ADMIN), Some(("application/json", json!({ "plugin": "nobody" }).to_string().into_bytes())));
     check(swap, 404, "not_found", "a plugin that is not installed");
-    let swap = s.call("PUT", "/v1/profiles/quick/stages/decompose", Some(ADMIN), Some(("application/json", json!({ "plugin": "test-hostile-verify" }).to_string().into_bytes())));
+    let swap = s.call(
+        "PUT",
+        "/v1/profiles/quick/stages/decompose",
+        Some(ADMIN),
+        Some(("application/json", json!({ "plugin": "test-hostile-verify" }).to_string().into_bytes())),
+    );
     check(swap, 400, "bad_request", "a stage the profile does not have");
 
     // With a document: a stage that misbehaves is the appliance's failure, not the asker's.

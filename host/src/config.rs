@@ -314,7 +314,10 @@ mod tests {
             ("[ingest]\nparallel_reads = 0\n", "ingest.parallel_reads is 0"),
             ("[ingest]\npage_timeout_s = 100\ndocument_timeout_s = 50\n", "ingest.page_timeout_s (100) is longer"),
             ("[ingest]\nworker_memory_mib = 16\n", "ingest.worker_memory_mib is 16"),
-            ("[server]\nrequest_timeout_s = 60\n[plugins.limits]\ntimeout_s = 61\n", "plugins.limits.timeout_s (61) is longer than server.request_timeout_s (60)"),
+            (
+                "[server]\nrequest_timeout_s = 60\n[plugins.limits]\ntimeout_s = 61\n",
+                "plugins.limits.timeout_s (61) is longer than server.request_timeout_s (60)",
+            ),
             ("[ingest]\npage_image_max_px = 100000\n", "ingest.page_image_max_px is 100000"),
         ] {
             std::fs::write(&path, text).expect("write");

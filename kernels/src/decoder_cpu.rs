@@ -259,3 +259,28 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     lanes.iter().sum::<f32>() + tail
 }
+
+/// The plain reference for [`causal_attention`]: causal grouped-query attention in f64, each of
+/// the `new` queries at its own position among the cache's tokens.
+pub fn causal_attention_reference(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32], shape: GroupedShape, new: usize) -> Vec<f64> {
+    let GroupedShape { heads, kv_heads, head_dim: d } = shape;
+    let (width, kv_width) = (heads * d, kv_heads * d);
+    let total = keys.len() / kv_width;
+    let mut out = vec![0.0f64; new * width];
+    for i in 0..new {
+        let position = total - new + i;
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let scores: Vec<f64> = (0..=position)
+                .map(|j| (0..d).map(|x| f64::from(q[i * q_stride + h * d + x]) * f64::from(keys[j * kv_width + g * d + x])).sum::<f64>() / (d as f64).sqrt())
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = exps.iter().sum();
+            for x in 0..d {
+                out[i * width + h * d + x] = exps.iter().enumerate().map(|(j, e)| e / sum * f64::from(values[j * kv_width + g * d + x])).sum();
+            }
+        }
+    }
+    out
+}

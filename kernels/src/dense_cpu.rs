@@ -248,6 +248,30 @@ pub fn exp(x: f32) -> f32 {
     y * f32::from_bits(biased << 23)
 }
 
+/// The plain reference for [`attention`]: softmax(q kᵀ / √d) v per sequence and head of a
+/// packed q|k|v buffer, in f64.
+pub fn packed_attention_reference(qkv: &[f32], spans: &[SequenceSpan], heads: usize, d: usize) -> Vec<f64> {
+    let width = heads * d;
+    let rows = spans.iter().map(|s| s.start + s.len).max().unwrap_or(0);
+    let at = |row: usize, part: usize, head: usize, i: usize| f64::from(qkv[row * 3 * width + part * width + head * d + i]);
+    let mut out = vec![0.0f64; rows * width];
+    for span in spans {
+        for h in 0..heads {
+            for qi in span.start..span.start + span.len {
+                let scores: Vec<f64> =
+                    (span.start..span.start + span.len).map(|ki| (0..d).map(|i| at(qi, 0, h, i) * at(ki, 1, h, i)).sum::<f64>() / (d as f64).sqrt()).collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = exps.iter().sum();
+                for i in 0..d {
+                    out[qi * width + h * d + i] = exps.iter().enumerate().map(|(j, e)| e / sum * at(span.start + j, 2, h, i)).sum();
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! grouped-query causal attention over a cache) against plain f64 loops, on random inputs of odd
 //! shapes; outputs start as noise so that a value the code forgets to write fails.
 
-use evident_kernels::{GroupedShape, RopeLayout, causal_attention, rms_norm, rotary_angles, rotate, silu_gate};
+use evident_kernels::{GroupedShape, RopeLayout, causal_attention, causal_attention_reference, rms_norm, rotary_angles, rotate, silu_gate};
 
 use evident_kernels::testing::{Noise, assert_all_close};
 
@@ -75,30 +75,6 @@ fn gated_silu_matches_the_definition_far_into_both_tails() {
     }
 }
 
-/// Causal grouped-query attention in f64, each query at its own position among `total` tokens.
-fn causal_reference(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32], shape: GroupedShape, new: usize) -> Vec<f64> {
-    let GroupedShape { heads, kv_heads, head_dim: d } = shape;
-    let (width, kv_width) = (heads * d, kv_heads * d);
-    let total = keys.len() / kv_width;
-    let mut out = vec![0.0f64; new * width];
-    for i in 0..new {
-        let position = total - new + i;
-        for h in 0..heads {
-            let g = h / (heads / kv_heads);
-            let scores: Vec<f64> = (0..=position)
-                .map(|j| (0..d).map(|x| f64::from(q[i * q_stride + h * d + x]) * f64::from(keys[j * kv_width + g * d + x])).sum::<f64>() / (d as f64).sqrt())
-                .collect();
-            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-            let sum: f64 = exps.iter().sum();
-            for x in 0..d {
-                out[i * width + h * d + x] = exps.iter().enumerate().map(|(j, e)| e / sum * f64::from(values[j * kv_width + g * d + x])).sum();
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn causal_attention_over_a_cache_matches_the_masked_softmax() {
     let mut rng = Noise::new(4);
@@ -116,7 +92,7 @@ fn causal_attention_over_a_cache_matches_the_masked_softmax() {
         let values = rng.uniform(total * kv_heads * d);
         let mut got = rng.uniform(new * heads * d);
         causal_attention(&q, q_stride, &keys, &values, shape, &mut got);
-        let want = causal_reference(&q, q_stride, &keys, &values, shape, new);
+        let want = causal_attention_reference(&q, q_stride, &keys, &values, shape, new);
         assert_all_close(&format!("causal attention {new} new after {past}, {shape:?}"), &got, &want, 1e-4, 1e-4);
     }
 }

@@ -2,7 +2,7 @@
 //! plain f64 loops, on random inputs of odd shapes; outputs start as noise so that a value the
 //! code forgets to write fails.
 
-use evident_kernels::{AttentionShape, SequenceSpan, Weight, attention_cpu, layer_norm, linear};
+use evident_kernels::{AttentionShape, SequenceSpan, Weight, attention_cpu, layer_norm, linear, packed_attention_reference};
 
 use evident_kernels::testing::{Noise, assert_all_close};
 
@@ -51,29 +51,6 @@ fn layer_norm_matches_the_definition() {
     }
 }
 
-/// softmax(q kᵀ / √d) v per sequence and head, in f64.
-fn attention_reference(qkv: &[f32], spans: &[SequenceSpan], heads: usize, d: usize) -> Vec<f64> {
-    let width = heads * d;
-    let rows = spans.iter().map(|s| s.start + s.len).max().unwrap_or(0);
-    let at = |row: usize, part: usize, head: usize, i: usize| f64::from(qkv[row * 3 * width + part * width + head * d + i]);
-    let mut out = vec![0.0f64; rows * width];
-    for span in spans {
-        for h in 0..heads {
-            for qi in span.start..span.start + span.len {
-                let scores: Vec<f64> =
-                    (span.start..span.start + span.len).map(|ki| (0..d).map(|i| at(qi, 0, h, i) * at(ki, 1, h, i)).sum::<f64>() / (d as f64).sqrt()).collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = exps.iter().sum();
-                for i in 0..d {
-                    out[qi * width + h * d + i] = exps.iter().enumerate().map(|(j, e)| e / sum * at(span.start + j, 2, h, i)).sum();
-                }
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn packed_attention_matches_per_sequence_softmax() {
     let mut rng = Noise::new(9);
@@ -89,7 +66,7 @@ fn packed_attention_matches_per_sequence_softmax() {
         let qkv: Vec<f32> = rng.uniform(start * 3 * width).iter().map(|v| v * 3.0).collect();
         let mut got = rng.uniform(start * width);
         attention_cpu(&qkv, &spans, AttentionShape { heads, head_dim: d }, &mut got);
-        let want = attention_reference(&qkv, &spans, heads, d);
+        let want = packed_attention_reference(&qkv, &spans, heads, d);
         assert_all_close(&format!("attention {spans:?} heads {heads} dim {d}"), &got, &want, 1e-4, 1e-4);
     }
 }

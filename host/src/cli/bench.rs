@@ -123,7 +123,13 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Stages(args) => super::bench_stages::run(ctx, args.calls, &args.profile, &args.question),
         BenchCommand::Http(args) => super::bench_http::run(ctx, args),
         BenchCommand::Search(args) => super::bench_search::run(ctx, args),
-        BenchCommand::Maxsim(args) => super::bench_maxsim::run(args.pages, args.query_tokens, args.dim, &args.python.unwrap_or_else(|| evident::config::appliance_home().join(".evident/venv/bin/python")), args.no_gpu),
+        BenchCommand::Maxsim(args) => super::bench_maxsim::run(
+            args.pages,
+            args.query_tokens,
+            args.dim,
+            &args.python.unwrap_or_else(|| evident::config::appliance_home().join(".evident/venv/bin/python")),
+            args.no_gpu,
+        ),
     }
 }
 
@@ -191,8 +197,11 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
         let dir = tempfile::tempdir()?;
         let file = dir.path().join("texts.json");
         std::fs::write(&file, serde_json::to_string(&texts)?)?;
-        let out =
-            std::process::Command::new(python).arg(super::reference_script("encoder_st.py")?).arg(&file).output().with_context(|| format!("cannot run {}", python.display()))?;
+        let out = std::process::Command::new(python)
+            .arg(super::reference_script("encoder_st.py")?)
+            .arg(&file)
+            .output()
+            .with_context(|| format!("cannot run {}", python.display()))?;
         anyhow::ensure!(out.status.success(), "sentence-transformers failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         rows.push((

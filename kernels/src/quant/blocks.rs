@@ -267,3 +267,94 @@ fn nibbles_to(q: &[u8], d: f32, m: f32, out: &mut [f32]) {
         *h = f32::from(v >> 4) * d + m;
     }
 }
+
+fn reference_half_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// The plain reference for the block kernels: ggml's own C reading of each block
+/// (`dequantize_row_*` in ggml-quants.c), written out independently of the kernels' repacked
+/// storage.
+pub fn dequantize_reference(encoding: BlockEncoding, raw: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in raw.chunks_exact(encoding.gguf_block_bytes()) {
+        match encoding {
+            BlockEncoding::Q8_0 => y.extend(b[2..].iter().map(|&q| f32::from(q as i8) * reference_half_at(b, 0))),
+            BlockEncoding::Q4_0 => {
+                let d = reference_half_at(b, 0);
+                let mut v = [0.0; 32];
+                for j in 0..16 {
+                    v[j] = (f32::from(b[2 + j] & 15) - 8.0) * d;
+                    v[j + 16] = (f32::from(b[2 + j] >> 4) - 8.0) * d;
+                }
+                y.extend(v);
+            }
+            BlockEncoding::Q4_1 => {
+                let (d, m) = (reference_half_at(b, 0), reference_half_at(b, 2));
+                let mut v = [0.0; 32];
+                for j in 0..16 {
+                    v[j] = f32::from(b[4 + j] & 15) * d + m;
+                    v[j + 16] = f32::from(b[4 + j] >> 4) * d + m;
+                }
+                y.extend(v);
+            }
+            BlockEncoding::Q5_0 => {
+                let d = reference_half_at(b, 0);
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let mut v = [0.0; 32];
+                for j in 0..16 {
+                    let xh0 = (((qh >> j) << 4) & 0x10) as u8;
+                    let xh1 = ((qh >> (j + 12)) & 0x10) as u8;
+                    v[j] = (f32::from((b[6 + j] & 0x0f) | xh0) - 16.0) * d;
+                    v[j + 16] = (f32::from((b[6 + j] >> 4) | xh1) - 16.0) * d;
+                }
+                y.extend(v);
+            }
+            BlockEncoding::Q4_K => {
+                let (d, dmin) = (reference_half_at(b, 0), reference_half_at(b, 2));
+                let scales = &b[4..16];
+                let get = |j: usize| -> (u8, u8) {
+                    if j < 4 {
+                        (scales[j] & 63, scales[j + 4] & 63)
+                    } else {
+                        ((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
+                    }
+                };
+                let mut q = &b[16..];
+                let mut is = 0;
+                for _ in (0..256).step_by(64) {
+                    let (sc, m) = get(is);
+                    let (d1, m1) = (d * f32::from(sc), dmin * f32::from(m));
+                    let (sc, m) = get(is + 1);
+                    let (d2, m2) = (d * f32::from(sc), dmin * f32::from(m));
+                    y.extend((0..32).map(|l| d1 * f32::from(q[l] & 0xF) - m1));
+                    y.extend((0..32).map(|l| d2 * f32::from(q[l] >> 4) - m2));
+                    q = &q[32..];
+                    is += 2;
+                }
+            }
+            BlockEncoding::Q6_K => {
+                let d = reference_half_at(b, 208);
+                let (mut ql, mut qh, mut sc) = (&b[..128], &b[128..192], &b[192..208]);
+                for _ in 0..2 {
+                    let mut v = [0.0; 128];
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+                        let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                        let s = |k: usize| d * f32::from(sc[is + k] as i8);
+                        v[l] = s(0) * q1 as f32;
+                        v[l + 32] = s(2) * q2 as f32;
+                        v[l + 64] = s(4) * q3 as f32;
+                        v[l + 96] = s(6) * q4 as f32;
+                    }
+                    y.extend(v);
+                    (ql, qh, sc) = (&ql[64..], &qh[32..], &sc[8..]);
+                }
+            }
+        }
+    }
+    y
+}

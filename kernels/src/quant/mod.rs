@@ -11,7 +11,7 @@ mod blocks;
 mod dot;
 mod matmul;
 
-pub use blocks::{BlockEncoding, dequantize_gguf};
+pub use blocks::{BlockEncoding, dequantize_gguf, dequantize_reference};
 pub use dot::vnni_rounded;
 pub use matmul::MatmulPath;
 
