@@ -495,3 +495,48 @@ fn the_binary_finds_its_home_from_any_directory() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains(&elsewhere.path().join(".evident/lib/libpdfium.so").display().to_string()), "{said}");
 }
+
+/// A page of Helvetica lines: (font size, text) from the top.
+fn text_page_stream(lines: &[(f32, &str)]) -> String {
+    let mut ops = String::from("BT\n");
+    let mut y = 760.0;
+    for (size, text) in lines {
+        ops.push_str(&format!("/F1 {size} Tf 1 0 0 1 72 {y} Tm ({text}) Tj\n"));
+        y -= size * 2.5;
+    }
+    ops.push_str("ET");
+    format!("<</Length {}>>\nstream\n{ops}\nendstream", ops.len())
+}
+
+#[test]
+fn a_pdf_without_bookmarks_gets_an_outline_of_its_headings() {
+    let body = "The committee reviewed the accounts of the year with the auditors present";
+    let pages = [
+        text_page_stream(&[(22.0, "Results of the Year"), (11.0, body), (11.0, body), (15.0, "Revenue by Segment"), (11.0, body)]),
+        text_page_stream(&[(11.0, body), (22.0, "Outlook"), (11.0, body), (11.0, body)]),
+    ];
+    let font = "<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>";
+    let objects = vec![
+        "<</Type/Catalog/Pages 2 0 R>>".to_string(),
+        "<</Type/Pages/Kids[3 0 R 4 0 R]/Count 2>>".to_string(),
+        format!("<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Resources<</Font<</F1 {font}>>>>/Contents 5 0 R>>"),
+        format!("<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Resources<</Font<</F1 {font}>>>>/Contents 6 0 R>>"),
+        pages[0].clone(),
+        pages[1].clone(),
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("no-bookmarks.pdf");
+    std::fs::write(&path, common::hostile::pdf_of(&objects, "")).expect("write");
+    let app = Appliance::new();
+    app.ingest(&[&path], &["--no-images"]);
+    let id = app.docs()[0]["id"].as_str().expect("id").to_string();
+    let shown: serde_json::Value = serde_json::from_str(&app.ok(&["show", &id, "--json"])).expect("JSON");
+    let outline: Vec<(String, u64, u64)> = shown["outline"]
+        .as_array()
+        .expect("outline")
+        .iter()
+        .map(|e| (e["title"].as_str().expect("title").to_string(), e["level"].as_u64().expect("level"), e["page"].as_u64().expect("page")))
+        .collect();
+    let want = [("Results of the Year", 0, 1), ("Revenue by Segment", 1, 1), ("Outlook", 0, 2)].map(|(t, l, p)| (t.to_string(), l, p));
+    assert_eq!(outline, want, "{shown}");
+}

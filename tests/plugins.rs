@@ -127,13 +127,39 @@ fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
     // A verdict about a page it was not given, and citations of pages or blocks that do not exist.
     let (_, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "foreign-page"), fixture.host(), QUESTION));
     assert!(matches!(err, PluginError::BadOutput(_)), "{err}");
-    for behaviour in ["missing-page", "missing-block"] {
+    for (behaviour, says) in [("missing-page", "cited a page that does not exist"), ("missing-block", "cited block 10000 of page")] {
         let bad = profile(&runtime, &[(StageKind::Memory, "test-hostile-memory", &[("behaviour", behaviour)])]);
         let (stage, err) = stage_error(evident::pipeline::run(&runtime, &bad, fixture.host(), QUESTION));
         assert_eq!(stage, StageKind::Memory);
-        assert!(matches!(err, PluginError::BadOutput(_)) && err.to_string().contains("does not exist") || err.to_string().contains("blocks"), "{err}");
+        assert!(matches!(err, PluginError::BadOutput(_)), "{behaviour}: {err}");
+        assert!(err.to_string().contains(says), "{behaviour}: {err}");
     }
+    // A verify stage that leaves a page unjudged would silently drop it from the evidence.
+    let (stage, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "drop-page"), fixture.host(), QUESTION));
+    assert_eq!(stage, StageKind::Verify);
+    assert!(matches!(err, PluginError::BadOutput(_)) && err.to_string().contains("no verdict for page"), "{err}");
     answer_normally(&runtime);
+}
+
+#[test]
+fn an_answer_cites_only_what_it_rests_on() {
+    let fixture = Fixture::new();
+    let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 }).expect("runtime");
+    let with = |behaviour: &str| profile(&runtime, &[(StageKind::Memory, "test-hostile-memory", &[("behaviour", behaviour)])]);
+    // A quote found on the page: the page is cited with the box of the block that holds it.
+    let quoted = evident::pipeline::run(&runtime, &with("labels"), fixture.host(), QUESTION).expect("answers");
+    assert_eq!(quoted.evidence.len(), 1);
+    assert_eq!(quoted.evidence[0].boxes.len(), 1, "the quoted block is drawn");
+    assert!(!quoted.evidence[0].snippet.is_empty());
+    assert_eq!(quoted.notice, None);
+    // A quote that is on no block: the page the stage cited, but no box drawn for it.
+    let unmatched = evident::pipeline::run(&runtime, &with("unmatched-quote"), fixture.host(), QUESTION).expect("answers");
+    assert_eq!(unmatched.evidence.len(), 1);
+    assert!(unmatched.evidence[0].boxes.is_empty() && unmatched.evidence[0].snippet.is_empty(), "{:?}", unmatched.evidence[0]);
+    // No citation at all: no evidence, and the answer says so.
+    let uncited = evident::pipeline::run(&runtime, &with("no-citation"), fixture.host(), QUESTION).expect("answers");
+    assert!(uncited.answerable && uncited.evidence.is_empty(), "{:?}", uncited.evidence);
+    assert_eq!(uncited.notice.as_deref(), Some(evident::pipeline::UNCITED));
 }
 
 #[test]
@@ -225,15 +251,16 @@ fn ask_answers_with_cited_pages_and_a_trace() {
     assert_eq!(stages, ["retrieve", "memory"]);
     assert!(v["trace"][1]["llm_calls"].as_u64() >= Some(1), "the answer stage asked the model");
     let doc = &app.docs()[0];
-    if v["answerable"] == true {
-        let evidence = v["evidence"].as_array().expect("evidence");
-        assert!(!evidence.is_empty(), "an answer cites its pages");
-        for e in evidence {
-            assert_eq!(e["document"], doc["id"]);
-            let page = e["page"].as_u64().expect("page");
-            assert!(page >= 1 && page <= doc["page_count"].as_u64().expect("count"));
-            assert!(!e["snippet"].as_str().expect("snippet").is_empty());
-        }
+    let evidence = v["evidence"].as_array().expect("evidence");
+    if v["answerable"] == true && evidence.is_empty() {
+        assert!(v["notice"].as_str().is_some_and(|n| n.contains("cites no page")), "an uncited answer says so: {v}");
+    }
+    for e in evidence {
+        assert_eq!(e["document"], doc["id"]);
+        let page = e["page"].as_u64().expect("page");
+        assert!(page >= 1 && page <= doc["page_count"].as_u64().expect("count"));
+        let drawn = !e["boxes"].as_array().expect("boxes").is_empty();
+        assert_eq!(drawn, !e["snippet"].as_str().expect("snippet").is_empty(), "a drawn box comes with its words: {e}");
     }
     // Without documents there is nothing to ask about, and the sentence says what to do.
     let empty = common::Appliance::new();
@@ -361,9 +388,9 @@ fn hievi_runs_end_to_end_through_wasmtime() {
     assert_eq!(stages.iter().filter(|s| **s == "rerank").count(), questions, "each question reranked");
     assert!(out.llm_calls > 4, "decomposition and per-page judging asked the model: {}", out.llm_calls);
     assert_eq!(out.ranked_pages.len(), 4, "the root keeps all its pages, verified first");
-    if out.answerable {
-        assert!(!out.evidence.is_empty());
-        assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the root's pages");
+    assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the root's pages");
+    if out.answerable && out.evidence.is_empty() {
+        assert_eq!(out.notice.as_deref(), Some(evident::pipeline::UNCITED), "an uncited answer says so");
     }
 }
 

@@ -1,6 +1,6 @@
 //! `evident eval`: retrieval quality on a benchmark's questions.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
@@ -43,12 +43,20 @@ pub struct EvalArgs {
     /// answers it already holds, so that a long evaluation stopped part way goes on from there.
     #[arg(long, value_name = "FILE")]
     results: Option<PathBuf>,
+    /// With --profile and --results: ask nothing, judge the answers the log holds again with
+    /// today's accuracy rules, and print the table as logged beside the one rejudged.
+    #[arg(long, requires = "results")]
+    rejudge: bool,
 }
 
 /// Evaluates retrieval and prints one table per mode.
 pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     if !args.profiles.is_empty() {
-        return super::eval_answers::run(ctx, &args.questions, &args.profiles, args.limit, &args.k, args.json.as_deref(), args.results.as_deref());
+        let log = args.results.as_deref();
+        if args.rejudge {
+            return super::eval_answers::rejudge_log(&args.questions, &args.profiles, args.limit, &args.k, log.unwrap_or(Path::new("")));
+        }
+        return super::eval_answers::run(ctx, &args.questions, &args.profiles, args.limit, &args.k, args.json.as_deref(), log);
     }
     let questions = load_questions(&args.questions)?;
     let store = ctx.store()?;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use evident::eval::{AnswerRecord, ResultsLog, answer_question, answer_rows, in_turn, load_questions};
+use evident::eval::{AnswerRecord, AnswerRow, Question, ResultsLog, answer_question, answer_rows, in_turn, load_questions, rejudge};
+use evident::store::DocumentRecord;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Context;
@@ -59,16 +60,26 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
     }
     bar.finish_and_clear();
     let answerable: HashMap<&str, bool> = chosen.iter().map(|(q, _)| (q.qid.as_str(), q.answerable)).collect();
-    let rows = answer_rows(&records, &answerable, ks);
+    println!("{}", describe(&chosen));
+    print_rows(&answer_rows(&records, &answerable, ks), ks);
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(&records)?).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// "N questions (source: n, ...)".
+fn describe(chosen: &[(&Question, &DocumentRecord)]) -> String {
     let mut per_source: BTreeMap<&str, usize> = BTreeMap::new();
-    for (q, _) in &chosen {
+    for (q, _) in chosen {
         *per_source.entry(q.source.as_str()).or_default() += 1;
     }
-    println!(
-        "{} questions ({}), each asked of its own document",
-        chosen.len(),
-        per_source.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ")
-    );
+    let sources = per_source.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ");
+    format!("{} questions ({sources}), each asked of its own document", chosen.len())
+}
+
+/// The comparison table, a row per profile.
+fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
     let mut header = format!("{:<12} {:>4}", "profile", "n");
     for k in ks {
         header.push_str(&format!(" {:>7}", format!("R@{k}")));
@@ -78,7 +89,7 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
         "MRR@10", "accuracy", "abstain-NA", "abstain-A", "errors", "s/q", "p50 s", "calls/q", "tokens/q", "reused/q"
     ));
     println!("{header}");
-    for (name, r) in &rows {
+    for (name, r) in rows {
         let mut line = format!("{name:<12} {:>4}", r.n);
         for x in r.recall() {
             line.push_str(&format!(" {:>7.3}", x));
@@ -100,8 +111,43 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
         ));
         println!("{line}");
     }
-    if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(&records)?).with_context(|| format!("cannot write {}", path.display()))?;
+}
+
+/// `eval --rejudge`: the logged answers (of the first `limit` questions in the log's order, when
+/// given), judged as logged and again with today's rules, side by side; nothing is asked and no
+/// store is needed.
+pub fn rejudge_log(path: &Path, profiles: &[String], limit: Option<usize>, ks: &[usize], log: &Path) -> Result<ExitCode> {
+    let questions = load_questions(path)?;
+    let by_qid: HashMap<&str, &Question> = questions.iter().map(|q| (q.qid.as_str(), q)).collect();
+    let (_, logged) = ResultsLog::open(log)?;
+    let mut order: Vec<&str> = Vec::new();
+    for r in &logged {
+        if by_qid.contains_key(r.qid.as_str()) && !order.contains(&r.qid.as_str()) {
+            order.push(r.qid.as_str());
+        }
+    }
+    order.truncate(limit.unwrap_or(usize::MAX));
+    let wanted = |r: &AnswerRecord| order.contains(&r.qid.as_str()) && (profiles.is_empty() || profiles.contains(&r.profile));
+    let logged: Vec<AnswerRecord> = logged.iter().filter(|r| wanted(r)).cloned().collect();
+    anyhow::ensure!(!logged.is_empty(), "{} holds no answer to these questions from these profiles", log.display());
+    let again: Vec<AnswerRecord> = logged.iter().map(|r| rejudge(r, by_qid[r.qid.as_str()])).collect();
+    let answerable: HashMap<&str, bool> = questions.iter().map(|q| (q.qid.as_str(), q.answerable)).collect();
+    let mut per_source: BTreeMap<&str, usize> = BTreeMap::new();
+    for qid in &order {
+        *per_source.entry(by_qid[qid].source.as_str()).or_default() += 1;
+    }
+    let sources = per_source.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ");
+    println!("{} questions of the results log ({sources})", order.len());
+    println!("\nas logged");
+    print_rows(&answer_rows(&logged, &answerable, ks), ks);
+    println!("\njudged again with today's rules");
+    print_rows(&answer_rows(&again, &answerable, ks), ks);
+    let changed: Vec<&AnswerRecord> = again.iter().zip(&logged).filter(|(a, b)| a.correct != b.correct).map(|(a, _)| a).collect();
+    println!("\n{} answers judged differently:", changed.len());
+    for r in changed {
+        let verdict = if r.correct { "now right" } else { "now wrong" };
+        let brief: String = r.predicted.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(70).collect();
+        println!("  {} {} {verdict}: {brief:?} (gold {:?})", r.profile, r.qid, r.gold.chars().take(40).collect::<String>());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,13 @@
-//! Rule-based answer accuracy in the manner of MMLongBench-Doc: numbers compared after
-//! normalisation (units, thousands separators, percent signs) within a relative tolerance; lists
-//! compared as sets; short strings by normalised containment or string similarity; long gold
-//! answers (FinanceBench's explanations) by their yes/no and their first figure; "not
-//! answerable" right only when the gold says so.
+//! Rule-based answer accuracy in the manner of MMLongBench-Doc, which first extracts an answer's
+//! short form and only then compares it with the gold by the gold's kind. The short form here is
+//! the answer's first sentence, citation markers and list enumerators removed (answers lead with
+//! what they claim; a judge model would do this better). Then: a number is the short form's
+//! figure (the first one marked as the gold is, a percentage for a percentage; years skipped
+//! unless the gold is one) within a relative tolerance; a list is compared as a set of items, and
+//! an answer naming many more items than the gold has does not pass; a short string by
+//! containment in the short form or string similarity; a long gold answer (FinanceBench's
+//! explanations) by the short form's yes/no and its first figure among the answer's first three;
+//! "not answerable" is right only when the gold says so. No rule lets a padded answer ("1. 2. 3. ... 26.") match by listing numbers.
 
 /// Relative tolerance for numbers (1 %, as MMLongBench-Doc's float rule).
 const TOLERANCE: f64 = 0.01;
@@ -40,6 +45,97 @@ pub fn numbers(text: &str) -> Vec<f64> {
         }
     }
     out
+}
+
+/// The answer without citation markers ("[2]", "[1, 3]") and page notes ("(page 4)").
+fn without_citations(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find(['[', '(']) {
+        let close_char = if rest[open..].starts_with('[') { ']' } else { ')' };
+        let inner_end = rest[open + 1..].find(close_char).map(|i| open + 1 + i);
+        let is_marker = inner_end.is_some_and(|end| {
+            let inner = rest[open + 1..end].trim().to_lowercase();
+            let inner = inner.strip_prefix("pages").or_else(|| inner.strip_prefix("page")).or_else(|| inner.strip_prefix("p.")).unwrap_or(&inner);
+            !inner.trim().is_empty() && inner.chars().all(|c| c.is_ascii_digit() || matches!(c, ',' | ' ' | '-'))
+        });
+        match (is_marker, inner_end) {
+            (true, Some(end)) => {
+                out.push_str(&rest[..open]);
+                rest = &rest[end + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = &rest[open + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A line without its list enumerator ("1. ", "2) ", "- ").
+fn without_enumerator(line: &str) -> &str {
+    let t = line.trim_start();
+    let digits = t.chars().take_while(char::is_ascii_digit).count();
+    let rest = &t[digits..];
+    if digits > 0 && digits <= 3 && (rest.starts_with(". ") || rest.starts_with(") ")) {
+        return rest[2..].trim_start();
+    }
+    t.strip_prefix("- ").or_else(|| t.strip_prefix("* ")).unwrap_or(t)
+}
+
+/// The answer's short form: citation markers removed, then the first sentence of its first
+/// line with words (a full stop between digits does not end a sentence).
+pub fn short_form(predicted: &str) -> String {
+    let clean = without_citations(predicted);
+    let line = clean.lines().map(without_enumerator).find(|l| l.chars().any(char::is_alphanumeric)).unwrap_or("");
+    let chars: Vec<char> = line.chars().collect();
+    let mut end = chars.len();
+    for (i, &c) in chars.iter().enumerate() {
+        let next = chars.get(i + 1).copied();
+        let decimal = c == '.' && i > 0 && chars[i - 1].is_ascii_digit() && next.is_some_and(|n| n.is_ascii_digit());
+        if matches!(c, '.' | '!' | '?') && !decimal && next.is_none_or(char::is_whitespace) {
+            end = i + 1;
+            break;
+        }
+    }
+    let sentence: String = chars[..end].iter().collect();
+    sentence.split_whitespace().collect::<Vec<_>>().join(" ").replace(" .", ".").replace(" ,", ",")
+}
+
+/// The figure a short form states for a numeric gold: the first number marked as the gold is
+/// (a percentage for a percentage gold), else the first number; years are skipped unless the
+/// gold is a year.
+fn stated_figure(short: &str, gold: &str, gold_value: f64) -> Option<f64> {
+    let is_year = |v: f64| v.fract() == 0.0 && (1900.0..=2100.0).contains(&v);
+    let keep_years = is_year(gold_value);
+    let mut figures: Vec<(f64, bool)> = Vec::new();
+    let cleaned: String = short.chars().filter(|c| *c != ',' && *c != '$').collect();
+    let mut current = String::new();
+    let chars: Vec<char> = cleaned.chars().chain(std::iter::once(' ')).collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_digit() || (c == '.' && !current.is_empty() && !current.contains('.')) || (c == '-' && current.is_empty()) {
+            current.push(c);
+            continue;
+        }
+        let t = current.trim_end_matches('.');
+        if t.chars().any(|c| c.is_ascii_digit())
+            && let Ok(v) = t.parse::<f64>()
+        {
+            let after: String = chars[i..].iter().collect::<String>().trim_start().chars().take(8).collect::<String>().to_lowercase();
+            let percent = after.starts_with('%') || after.starts_with("percent");
+            if keep_years || !is_year(v) {
+                figures.push((v, percent));
+            }
+        }
+        current.clear();
+        if c == '-' {
+            current.push(c);
+        }
+    }
+    let gold_percent = gold.contains('%') || gold.to_lowercase().contains("percent");
+    figures.iter().find(|(_, p)| *p == gold_percent).or(figures.first()).map(|(v, _)| *v)
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -96,27 +192,38 @@ pub fn is_correct(predicted: &str, predicted_answerable: bool, gold: &str, gold_
     if !predicted_answerable || gold.trim().is_empty() {
         return false;
     }
-    let (p, g) = (normalise(predicted), normalise(gold));
+    let short = short_form(predicted);
+    let (p, g) = (normalise(&short), normalise(gold));
     if let Some(items) = list_items(gold) {
-        return items.iter().all(|item| p.contains(item.as_str()) || p.split_whitespace().any(|w| similarity(w, item) >= 0.8));
+        // A list may run over lines: the whole answer, without markers, item by item.
+        let whole = normalise(&without_citations(predicted));
+        let predicted_items: Vec<String> = without_citations(predicted)
+            .split([',', ';', '\n'])
+            .flat_map(|s| s.split(" and "))
+            .map(|s| normalise(without_enumerator(s)))
+            .filter(|s| !s.is_empty())
+            .collect();
+        let found = items.iter().all(|item| whole.contains(item.as_str()) || whole.split_whitespace().any(|w| similarity(w, item) >= 0.8));
+        return found && predicted_items.len() <= 2 * items.len() + 1;
     }
     let gold_words = g.split_whitespace().count();
     if gold_words <= 4 {
         let gold_numbers = numbers(gold);
         if let [value] = gold_numbers.as_slice() {
-            return numbers(predicted).iter().any(|v| close(*v, *value));
+            return stated_figure(&short, gold, *value).is_some_and(|v| close(v, *value));
         }
         return p.contains(g.as_str()) || similarity(&p, &g) >= 0.5;
     }
     // A long, explained gold answer: its yes/no and its first figure must agree.
     if let Some(yes) = yes_no(gold)
-        && yes_no(predicted) != Some(yes)
+        && yes_no(&short) != Some(yes)
     {
         return false;
     }
+    let whole = normalise(predicted);
     match numbers(gold).first() {
-        Some(value) => numbers(predicted).iter().any(|v| close(*v, *value)),
-        None => yes_no(gold).is_some() || similarity(&p, &g) >= 0.5,
+        Some(value) => numbers(&without_citations(predicted)).iter().take(3).any(|v| close(*v, *value)),
+        None => yes_no(gold).is_some() || similarity(&whole, &g) >= 0.5,
     }
 }
 
@@ -138,5 +245,29 @@ mod tests {
         assert!(!is_correct("NOT_ANSWERABLE", false, "Europe", true));
         assert!(is_correct("No, gross margin fell by 0.8%.", true, "No. For AMCOR there has been a slight decline in gross margins by 0.8%.", true));
         assert!(!is_correct("Yes, it rose by 0.8%.", true, "No. For AMCOR there has been a slight decline in gross margins by 0.8%.", true));
+    }
+
+    #[test]
+    fn padding_an_answer_with_numbers_or_items_earns_nothing() {
+        let counting = (1..=26).map(|n| format!("{n}.")).collect::<Vec<_>>().join(" ");
+        assert!(!is_correct(&counting, true, "6", true), "counting to 26 does not answer 6");
+        assert!(!is_correct("1. 2. 3. 4. 5. 6. 7.", true, "6", true));
+        assert!(!is_correct("It was 4, 5, 6 or 7 units.", true, "6", true), "the stated figure is the first one");
+        assert!(is_correct("6 [2]", true, "6", true));
+        assert!(is_correct("There are 6 of them.\nSee also pages 1, 2, 3.", true, "6", true), "later sentences do not count against it");
+        assert!(!is_correct("See pages 1, 2, 3.\nThere are 6 of them.", true, "6", true), "nor for it");
+        let many = "Circle, square, triangle, rectangle, hexagon, octagon, star.";
+        assert!(!is_correct(many, true, "['Circle', 'Rectangle']", true), "naming every shape is not naming the two");
+        assert!(!is_correct("Europe, Asia, Africa. Also possibly anything.", true, "Antarctica", true));
+    }
+
+    #[test]
+    fn the_short_form_is_the_first_sentence_without_markers() {
+        assert_eq!(short_form("Revenue was $5.3 billion [1]. It grew."), "Revenue was $5.3 billion.");
+        assert_eq!(short_form("1. The total is 6 (page 4).\n2. More."), "The total is 6.");
+        assert_eq!(short_form("\n\nYes, it did!"), "Yes, it did!");
+        assert!(is_correct("In 2022 revenue was $5.3 billion.", true, "5.3", true), "a year is not the stated figure");
+        assert!(is_correct("It fell from 30 to 24.3%.", true, "24.26%", true), "a percentage for a percentage");
+        assert!(is_correct("It was founded in 1998.", true, "1998", true));
     }
 }

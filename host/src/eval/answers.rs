@@ -83,6 +83,17 @@ pub fn answer_question(
     record
 }
 
+/// `record` judged again with the current accuracy rules (its answer as it was logged), for
+/// comparing a change of metric on answers already paid for.
+pub fn rejudge(record: &AnswerRecord, question: &Question) -> AnswerRecord {
+    let mut out = record.clone();
+    if !record.failed {
+        let answered = record.predicted != ABSTAINED;
+        out.correct = is_correct(&record.predicted, answered, &question.answer, question.answerable);
+    }
+    out
+}
+
 /// The results log: one JSON record a line, appended as each answer comes.
 pub struct ResultsLog {
     path: PathBuf,

@@ -8,7 +8,7 @@ pub mod metrics;
 mod questions;
 mod ranking;
 
-pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, answer_question, answer_rows};
+pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, answer_question, answer_rows, rejudge};
 pub use questions::{Question, file_name, in_turn, load_questions};
 pub use ranking::{RankingReport, RankingTotals, score_rankings};
 

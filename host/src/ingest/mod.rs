@@ -1,11 +1,13 @@
 //! Ingest: PDFs from disk into the store, one transaction per document.
 
+mod headings;
 mod layout;
 mod pdf;
 mod progress;
 mod wire;
 mod worker;
 
+pub use headings::heading_outline;
 pub use layout::{Glyph, layout_page};
 pub use pdf::{OpenPdf, PdfError, PdfReader};
 pub use progress::IngestProgress;
@@ -139,8 +141,12 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         }));
     }
     let title = pdf.title().unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
-    let outline = pdf.outline();
+    // Bookmarks where the PDF has them, else the headings its pages set apart.
+    let mut outline = pdf.outline();
     drop(pdf);
+    if outline.is_empty() {
+        outline = heading_outline(&pages.iter().map(|(p, _)| p).collect::<Vec<_>>());
+    }
 
     let mut writer = store.begin_document(&content_hash).map_err(store_err)?;
     for (page, image) in &pages {

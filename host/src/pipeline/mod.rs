@@ -105,9 +105,13 @@ pub struct Outcome {
     pub log: Vec<String>,
     /// Documents in scope that were not searched because their indexes are not ready yet.
     pub not_searched: Vec<String>,
-    /// One sentence about them, when there are any.
+    /// What the user should know beside the answer, in sentences: documents not searched, an
+    /// answer that cites nothing.
     pub notice: Option<String>,
 }
+
+/// Said of an answer that cites nothing: the appliance never makes up a citation for it.
+pub const UNCITED: &str = "The answer cites no page of the documents, so nothing here shows what it rests on.";
 
 /// The sentence that names documents left out of a search because they are still indexing.
 pub fn unindexed_notice(docs: &[DocumentRecord]) -> Option<String> {
@@ -253,6 +257,7 @@ pub fn run_observed(
                 );
                 let verdicts = verdicts.map_err(stage_err(StageKind::Verify, name))?;
                 check_pages(verdicts.iter().map(|v| &v.page), &candidates).map_err(stage_err(StageKind::Verify, name))?;
+                check_every_page_judged_once(&verdicts, &candidates).map_err(stage_err(StageKind::Verify, name))?;
                 verdicts
             }
             None => Vec::new(),
@@ -292,7 +297,9 @@ pub fn run_observed(
     );
     let answer = answer.map_err(stage_err(StageKind::Memory, name))?;
     let ranked_pages = evidence.first().map(|e| e.evidence.iter().map(|c| (c.page.document.clone(), c.page.page)).collect()).unwrap_or_default();
-    let cited = cite(&host, question, &answer).map_err(stage_err(StageKind::Memory, name))?;
+    let cited = cite(&host, &answer).map_err(stage_err(StageKind::Memory, name))?;
+    let uncited = (answer.answerable && cited.is_empty()).then(|| UNCITED.to_string());
+    let notice = [unindexed_notice(host.unindexed()), uncited].into_iter().flatten().collect::<Vec<_>>();
     let trace = rec.trace;
     Ok(Outcome {
         answer: answer.text,
@@ -309,7 +316,7 @@ pub fn run_observed(
         ranked_pages,
         log: host.take_log(),
         not_searched: host.unindexed().iter().map(|d| d.id.clone()).collect(),
-        notice: unindexed_notice(host.unindexed()),
+        notice: (!notice.is_empty()).then(|| notice.join(" ")),
     })
 }
 
@@ -323,8 +330,27 @@ fn check_pages<'p>(pages: impl Iterator<Item = &'p PageRef>, given: &[Candidate]
     Ok(())
 }
 
+/// A verify stage owes one verdict per page it was given: a page it leaves out would silently
+/// drop out of the evidence, and a page judged twice has no single verdict.
+fn check_every_page_judged_once(verdicts: &[types::Verdict], given: &[Candidate]) -> Result<(), PluginError> {
+    for c in given {
+        let n = verdicts.iter().filter(|v| v.page == c.page).count();
+        if n != 1 {
+            let judged = if n == 0 { "no verdict".to_string() } else { format!("{n} verdicts") };
+            return Err(PluginError::BadOutput(format!(
+                "it gave {judged} for page {} of {}; a verify stage must judge each page it is given once ({} pages, {} verdicts)",
+                c.page.page,
+                c.page.document,
+                given.len(),
+                verdicts.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The answer's citations as evidence, refusing citations of pages or blocks that do not exist.
-fn cite(host: &RequestHost, question: &str, answer: &types::Answer) -> Result<Vec<Evidence>, PluginError> {
+fn cite(host: &RequestHost, answer: &types::Answer) -> Result<Vec<Evidence>, PluginError> {
     let mut out: Vec<Evidence> = Vec::new();
     for c in &answer.citations {
         let record = host.page_record(&c.page).map_err(|e| PluginError::BadOutput(format!("it cited a page that does not exist: {e}")))?;
@@ -339,9 +365,10 @@ fn cite(host: &RequestHost, question: &str, answer: &types::Answer) -> Result<Ve
                 )));
             }
         }
-        // Without cited blocks, the block that best matches the answer (or the quote) stands in.
+        // Without cited blocks, the block that shares the most words with the quote (or, with no
+        // quote, the answer) stands in; a page that shares none is cited without a box.
         let (boxes, snippet) = if c.blocks.is_empty() {
-            let probe = if c.quote.is_empty() { format!("{question} {}", answer.text) } else { c.quote.clone() };
+            let probe = if c.quote.is_empty() { answer.text.clone() } else { c.quote.clone() };
             match best_block(&record, &probe) {
                 Some(i) => {
                     let b = &record.blocks[i];

@@ -8,7 +8,7 @@ wit_bindgen::generate!({
 });
 
 use stage_kit::types::{Citation, GenerateRequest, PageRef};
-use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers};
+use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages};
 
 /// The instruction every answer prompt starts from.
 pub const SYSTEM: &str = "You answer questions about documents using only the pages given. Answer briefly. \
@@ -32,13 +32,17 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
     if says_not_answerable(&out.text) {
         return Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("read {} pages", pages.len()) });
     }
-    // The pages the model cited; when it cites none, the best-ranked page it read.
+    // The pages the model cited; when it cites none, the pages that hold what the answer says,
+    // if any (never a page chosen for it).
+    let text = strip_markers(&out.text);
     let mut cited = cited_numbers(&out.text, pages.len());
+    let mut notes = format!("read {} pages", pages.len());
     if cited.is_empty() {
-        cited.push(1);
+        cited = supporting_pages(&text, &pages);
+        notes.push_str(if cited.is_empty() { "; the answer cites no page" } else { "; cited by the answer's words on the page" });
     }
     let citations = cited.into_iter().map(|n| Citation { page: pages[n - 1].0.clone(), blocks: vec![], quote: String::new() }).collect();
-    Ok(Answer { text: strip_markers(&out.text), answerable: true, citations, notes: format!("read {} pages", pages.len()) })
+    Ok(Answer { text, answerable: true, citations, notes })
 }
 
 struct Baseline;
@@ -112,7 +116,11 @@ mod tests {
         assert!(!answer.answerable && answer.citations.is_empty());
         let host = FakeHost { reply: "Page four.".into(), prompts: RefCell::new(vec![]) };
         let answer = answer_once(&host, &ctx(), &evidence(&[4, 9])).expect("answers");
-        assert_eq!(answer.citations[0].page.page, 4, "an uncited answer cites the best-ranked page");
+        assert!(answer.answerable && answer.citations.is_empty(), "an uncited answer that no page holds cites nothing");
+        assert!(answer.notes.contains("cites no page"), "{}", answer.notes);
+        let host = FakeHost { reply: "It says 9.".into(), prompts: RefCell::new(vec![]) };
+        let answer = answer_once(&host, &ctx(), &evidence(&[4, 9])).expect("answers");
+        assert_eq!(answer.citations.iter().map(|c| c.page.page).collect::<Vec<_>>(), [9], "the page that holds the answer's figure");
         let none = answer_once(&host, &ctx(), &evidence(&[])).expect("answers");
         assert!(!none.answerable);
     }

@@ -10,7 +10,7 @@ wit_bindgen::generate!({
 });
 
 use stage_kit::types::{Candidate, Citation, GenerateRequest, PageRef};
-use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers};
+use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages};
 
 /// The answering instruction.
 pub const SYSTEM: &str = "You answer questions about documents using only the pages given and the notes from earlier \
@@ -23,14 +23,30 @@ struct Settings {
     memory_tokens: u32,
 }
 
-fn ask(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, String)], memory: &[String]) -> Result<String, String> {
-    let mut notes = memory.join("\n");
-    if notes.len() > s.memory_tokens as usize * 4 {
-        // Keep the most recent notes within the budget.
-        let cut = notes.len() - s.memory_tokens as usize * 4;
-        let cut = (cut..notes.len()).find(|&i| notes.is_char_boundary(i)).unwrap_or(notes.len());
-        notes = notes[cut..].to_string();
+/// One entry of memory: a child question's answer (the paper's memory), or a note that a window
+/// of the root's pages did not answer (ours, so the next window knows what was read).
+struct Note {
+    child: bool,
+    text: String,
+}
+
+/// The notes that fit `budget` characters: window notes go first, oldest first, then child
+/// answers from the last, so the children's answers, which the paper carries to the root, stay
+/// longest. Each kept note is whole.
+fn fitting(memory: &[Note], budget: usize) -> String {
+    let mut kept: Vec<&Note> = memory.iter().collect();
+    let size = |kept: &[&Note]| kept.iter().map(|n| n.text.len() + 1).sum::<usize>();
+    while size(&kept) > budget && !kept.is_empty() {
+        match kept.iter().position(|n| !n.child) {
+            Some(i) => kept.remove(i),
+            None => kept.remove(kept.len() - 1),
+        };
     }
+    kept.iter().map(|n| n.text.as_str()).collect::<Vec<_>>().join("\n")
+}
+
+fn ask(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, String)], memory: &[Note]) -> Result<String, String> {
+    let notes = fitting(memory, s.memory_tokens as usize * 4);
     let notes = if notes.is_empty() { String::new() } else { format!("Notes from earlier questions:\n{notes}\n\n") };
     let prompt = format!("{notes}{}\nQuestion: {question}\nAnswer (cite pages as [n]):", numbered_pages(pages));
     let out = host.generate(&GenerateRequest {
@@ -56,16 +72,16 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
         max_tokens: param(ctx, "max_tokens", 96)?,
         memory_tokens: param(ctx, "memory_tokens", 600)?,
     };
-    let mut memory: Vec<String> = Vec::new();
+    let mut memory: Vec<Note> = Vec::new();
     for child in evidence.iter().filter(|e| !e.is_root) {
         if child.evidence.is_empty() {
-            memory.push(format!("Q: {} A: {NOT_ANSWERABLE} (no verified pages)", child.question));
+            memory.push(Note { child: true, text: format!("Q: {} A: {NOT_ANSWERABLE} (no verified pages)", child.question) });
             continue;
         }
         let pages = read(host, &s, &child.evidence[..child.evidence.len().min(s.window)])?;
         let reply = ask(host, &s, &child.question, &pages, &memory)?;
         let reply = if says_not_answerable(&reply) { NOT_ANSWERABLE.to_string() } else { strip_markers(&reply) };
-        memory.push(format!("Q: {} A: {reply}", child.question));
+        memory.push(Note { child: true, text: format!("Q: {} A: {reply}", child.question) });
     }
     let root = evidence.iter().find(|e| e.is_root).ok_or("the memory stage got no evidence for the question")?;
     let mut rounds = 0;
@@ -75,20 +91,20 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
         let reply = ask(host, &s, &ctx.question, &pages, &memory)?;
         if says_not_answerable(&reply) {
             let seen: Vec<String> = pages.iter().map(|(p, _)| p.page.to_string()).collect();
-            memory.push(format!("Pages {} did not answer: {}", seen.join(", "), ctx.question));
+            memory.push(Note { child: false, text: format!("Pages {} did not answer: {}", seen.join(", "), ctx.question) });
             continue;
         }
+        // The pages the model cited; when it cites none, the pages that hold what the answer
+        // says, if any (never a page chosen for it).
+        let text = strip_markers(&reply);
         let mut cited = cited_numbers(&reply, pages.len());
+        let mut notes = format!("answered in round {rounds} with {} memory note(s)", memory.len());
         if cited.is_empty() {
-            cited.push(1);
+            cited = supporting_pages(&text, &pages);
+            notes.push_str(if cited.is_empty() { "; the answer cites no page" } else { "; cited by the answer's words on the page" });
         }
         let citations = cited.into_iter().map(|n| Citation { page: pages[n - 1].0.clone(), blocks: vec![], quote: String::new() }).collect();
-        return Ok(Answer {
-            text: strip_markers(&reply),
-            answerable: true,
-            citations,
-            notes: format!("answered in round {rounds} with {} memory note(s)", memory.len()),
-        });
+        return Ok(Answer { text, answerable: true, citations, notes });
     }
     Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("{rounds} round(s) without an answer") })
 }
@@ -167,6 +183,17 @@ mod tests {
         assert_eq!(prompts.len(), 3);
         assert!(prompts[1].contains("Q: child one? A: NOT_ANSWERABLE") && prompts[1].contains("Q: child two? A: NOT_ANSWERABLE"));
         assert!(prompts[2].contains("did not answer"), "the failed window left a note");
+    }
+
+    #[test]
+    fn memory_over_its_budget_drops_window_notes_before_child_answers() {
+        let note = |child: bool, text: &str| Note { child, text: text.to_string() };
+        let memory =
+            [note(true, "Q: a? A: one"), note(false, "Pages 1, 2 did not answer: r?"), note(true, "Q: b? A: two"), note(false, "Pages 3 did not answer: r?")];
+        assert_eq!(fitting(&memory, 1000), "Q: a? A: one\nPages 1, 2 did not answer: r?\nQ: b? A: two\nPages 3 did not answer: r?");
+        assert_eq!(fitting(&memory, 60), "Q: a? A: one\nQ: b? A: two\nPages 3 did not answer: r?");
+        assert_eq!(fitting(&memory, 30), "Q: a? A: one\nQ: b? A: two");
+        assert_eq!(fitting(&memory, 15), "Q: a? A: one");
     }
 
     #[test]

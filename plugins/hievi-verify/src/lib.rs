@@ -51,12 +51,13 @@ fn judge_by_score(host: &impl HostApi, s: &Settings, question: &str, pages: &[(P
     Ok((odds > s.margin, odds))
 }
 
-/// The T/F list of a generated `<evidence_page>` block (or of the whole text), one per page;
-/// pages it does not cover are false.
+/// The T/F list of a generated `<evidence_page>` block, one per page; pages it does not cover
+/// are false, and so is every page when the model wrote no such block (flags are not read out
+/// of prose: "no" in a sentence is not a verdict).
 pub fn parse_flags(text: &str, count: usize) -> Vec<bool> {
     let inner = match (text.find("<evidence_page>"), text.find("</evidence_page>")) {
         (Some(a), Some(b)) if b > a => &text[a + "<evidence_page>".len()..b],
-        _ => text,
+        _ => "",
     };
     let mut flags: Vec<bool> = inner
         .split(|c: char| !c.is_alphanumeric())
@@ -219,9 +220,10 @@ mod tests {
     }
 
     #[test]
-    fn flags_parse_loosely_and_pad_with_false() {
+    fn flags_are_read_from_the_tag_only_and_pad_with_false() {
         assert_eq!(parse_flags("<think>x</think><evidence_page>T, F,T</evidence_page>", 4), [true, false, true, false]);
-        assert_eq!(parse_flags("True false", 2), [true, false]);
+        assert_eq!(parse_flags("True false", 2), [false, false], "prose is not a verdict");
+        assert_eq!(parse_flags("Yes, page 2 holds it. <evidence_page>F T</evidence_page>", 2), [false, true]);
         assert!(verify(&FakeHost { evidence: vec![], calls: RefCell::new(0) }, &ctx("vote"), "q", &candidates(2)).is_err());
     }
 }

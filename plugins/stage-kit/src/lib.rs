@@ -116,9 +116,72 @@ pub fn strip_markers(text: &str) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ").replace(" .", ".").replace(" ,", ",")
 }
 
+/// Words too common to show that a page supports an answer.
+const COMMON_WORDS: &[&str] = &[
+    "about", "after", "also", "been", "before", "being", "both", "from", "have", "into", "more", "most", "only", "other", "over", "page", "pages", "some",
+    "such", "than", "that", "their", "them", "then", "there", "these", "they", "this", "those", "through", "very", "were", "what", "when", "where", "which",
+    "while", "with", "would", "your",
+];
+
+/// The answer's figures ("$3,456.7" is "3456.7", "24%" is "24") and its distinctive words (four
+/// letters or more), lower-cased.
+fn answer_terms(text: &str) -> (Vec<String>, Vec<String>) {
+    let (mut figures, mut words) = (Vec::new(), Vec::new());
+    for raw in text.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '"' | ';' | ':' | '/')) {
+        let token = raw.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+        let figure: String = token.chars().filter(|c| *c != ',' && *c != '$').collect();
+        if !figure.is_empty() && figure.chars().all(|c| c.is_ascii_digit() || c == '.') && figure.chars().any(|c| c.is_ascii_digit()) {
+            if !figures.contains(&figure) {
+                figures.push(figure);
+            }
+        } else if token.chars().count() >= 4 && token.chars().all(char::is_alphanumeric) && !COMMON_WORDS.contains(&token.as_str()) && !words.contains(&token) {
+            words.push(token);
+        }
+    }
+    (figures, words)
+}
+
+/// The pages (1-based positions in `pages`) whose text supports `answer` when the model cited
+/// none: every figure of the answer is on the page, or, for an answer without figures, at least
+/// two of its distinctive words and most of them are. None qualifies more often than not, and
+/// then the answer cites nothing rather than a page chosen for it.
+pub fn supporting_pages(answer: &str, pages: &[(PageRef, String)]) -> Vec<usize> {
+    let (figures, words) = answer_terms(answer);
+    let mut out = Vec::new();
+    for (i, (_, text)) in pages.iter().enumerate() {
+        let (page_figures, page_words) = answer_terms(text);
+        let supported = if !figures.is_empty() {
+            figures.iter().all(|f| page_figures.contains(f))
+        } else {
+            let found = words.iter().filter(|w| page_words.contains(w)).count();
+            found >= 2 && 2 * found > words.len()
+        };
+        if supported {
+            out.push(i + 1);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn support_is_the_answer_s_figures_or_most_of_its_words_on_the_page() {
+        let page = |n: u32, text: &str| (PageRef { document: "d".into(), page: n }, text.to_string());
+        let pages = [
+            page(1, "Revenue grew to $3,456.7 million in 2022, up 12%."),
+            page(2, "Seniors who go online: 59% of adults aged 65 and older."),
+            page(3, "The board approved the merger with Acme Corporation."),
+        ];
+        assert_eq!(supporting_pages("$3,456.7 million", &pages), vec![1]);
+        assert_eq!(supporting_pages("59%", &pages), vec![2]);
+        assert_eq!(supporting_pages("59% in 2022", &pages), Vec::<usize>::new(), "every figure must be on one page");
+        assert_eq!(supporting_pages("The merger with Acme was approved by the board.", &pages), vec![3]);
+        assert_eq!(supporting_pages("Seventy-seven percent", &pages), Vec::<usize>::new());
+        assert_eq!(supporting_pages("This page", &pages), Vec::<usize>::new(), "common words show nothing");
+    }
 
     #[test]
     fn markers_are_found_and_removed() {

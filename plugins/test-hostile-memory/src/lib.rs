@@ -1,7 +1,9 @@
 //! For the tests only: an answer stage whose citations are invalid (parameter `behaviour`):
 //! `missing-page` cites a page past the end of the document, `missing-block` a block past the
-//! end of a real page; anything else answers with the verdict labels it was handed, citing
-//! the first page (so a test can see which verify plugin served the request).
+//! end of a real page, `no-citation` cites nothing, `unmatched-quote` cites the first page with
+//! a quote that is not on it; anything else answers with the verdict labels it was handed,
+//! citing the first page with a quote of its first words (so a test can see which verify
+//! plugin served the request).
 
 wit_bindgen::generate!({
     world: "memory-stage",
@@ -22,10 +24,16 @@ impl Guest for Hostile {
         let citation = match behaviour.as_str() {
             "missing-page" => Citation { page: PageRef { document: first.document.clone(), page: 99_999 }, blocks: vec![], quote: String::new() },
             "missing-block" => Citation { page: first.clone(), blocks: vec![10_000], quote: String::new() },
-            _ => Citation { page: first, blocks: vec![], quote: String::new() },
+            "unmatched-quote" => Citation { page: first, blocks: vec![], quote: "zebra quixotic xylophone".into() },
+            _ => {
+                let text = stage_kit::host::page(&first)?.text;
+                let quote = text.split_whitespace().take(8).collect::<Vec<_>>().join(" ");
+                Citation { page: first, blocks: vec![], quote }
+            }
         };
+        let citations = if behaviour == "no-citation" { vec![] } else { vec![citation] };
         let labels: Vec<String> = root.verdicts.iter().map(|v| v.label.clone()).collect();
-        Ok(Answer { text: labels.join(","), answerable: true, citations: vec![citation], notes: String::new() })
+        Ok(Answer { text: labels.join(","), answerable: true, citations, notes: String::new() })
     }
 }
 

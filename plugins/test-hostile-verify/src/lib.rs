@@ -1,7 +1,8 @@
 //! For the tests only: a verify stage that misbehaves on request (parameter `behaviour`):
 //! `loop` spins forever, `memory` allocates without end, `trap` panics, `foreign-page` judges a
 //! page it was not given, `host-loop` keeps reading a page until the host refuses (a request
-//! cancelled from outside ends that way); anything else marks every page
+//! cancelled from outside ends that way), `drop-page` judges all but the last page it was given;
+//! anything else marks every page
 //! relevant, labelled with the behaviour's name (so a test can tell which plugin answered),
 //! after busy-working `spin` rounds first (default 0: a slow but well-behaved stage).
 
@@ -47,6 +48,14 @@ impl Guest for Hostile {
                 score: None,
                 notes: String::new(),
             }]),
+            "drop-page" => {
+                let kept = candidates.len().saturating_sub(1);
+                Ok(candidates
+                    .into_iter()
+                    .take(kept)
+                    .map(|c| Verdict { page: c.page, relevant: true, label: "T".into(), score: None, notes: String::new() })
+                    .collect())
+            }
             label => {
                 let spin: u64 = param(&ctx, "spin", 0)?;
                 let mut x: u64 = 0;

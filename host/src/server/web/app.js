@@ -177,6 +177,8 @@ async function ask(question, profile) {
 
 function showAnswer(r) {
   text($("answer"), r.answerable ? r.answer : "Not answerable from the documents.");
+  text($("notice"), r.notice || "");
+  $("notice").hidden = !r.notice;
   const list = $("citations");
   list.replaceChildren();
   r.evidence.forEach((e, i) => {
