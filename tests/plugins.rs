@@ -163,6 +163,39 @@ fn an_answer_cites_only_what_it_rests_on() {
 }
 
 #[test]
+fn ask_puts_one_question_through_two_profiles_side_by_side() {
+    let app = common::Appliance::new();
+    app.ingest(&[&common::bench_pdf(PDF)], &["--no-images"]);
+    let profiles = tempfile::tempdir().expect("temp dir");
+    for (name, behaviour) in [("quoting", "labels"), ("uncited", "no-citation")] {
+        let text = format!(
+            "description = \"{name}\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.memory]\nplugin = \"test-hostile-memory\"\nparams = {{ behaviour = \"{behaviour}\" }}\n"
+        );
+        std::fs::write(profiles.path().join(format!("{name}.toml")), text).expect("profile");
+    }
+    let config = profiles.path().join("appliance.toml");
+    let plugins = common::repo_root().join(".evident/test-plugins");
+    std::fs::write(&config, format!("[plugins]\ndir = {:?}\nprofiles_dir = {:?}\n", plugins.to_str().expect("path"), profiles.path().to_str().expect("path")))
+        .expect("config");
+    let config = config.to_str().expect("path");
+    let both = |extra: &[&str]| app.ok(&[&["--config", config, "ask", QUESTION, "--profile", "quoting", "--profile", "uncited"], extra].concat());
+    let v: serde_json::Value = serde_json::from_str(&both(&["--json"])).expect("JSON");
+    assert_eq!(v["question"], QUESTION);
+    let answers = v["answers"].as_array().expect("answers");
+    assert_eq!(answers.iter().map(|a| a["profile"].as_str().expect("profile")).collect::<Vec<_>>(), ["quoting", "uncited"]);
+    assert_eq!(answers[0]["evidence"].as_array().expect("evidence").len(), 1);
+    assert!(answers[1]["evidence"].as_array().expect("evidence").is_empty());
+    assert!(answers[1]["notice"].as_str().is_some_and(|n| n.contains("cites no page")), "{}", answers[1]);
+    let text = both(&[]);
+    assert!(text.contains("== quoting ==") && text.contains("== uncited =="), "{text}");
+    assert!(text.contains("pages both cite: 0; only quoting: 1; only uncited: 0"), "{text}");
+    // A misspelt profile is named before anything is asked.
+    let out = app.run(&["--config", config, "ask", QUESTION, "--profile", "quoting", "--profile", "nonesuch"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no profile named nonesuch"));
+}
+
+#[test]
 fn a_component_of_the_wrong_world_is_refused_naming_what_it_lacks() {
     let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 1_000_000, timeout_s: 5 }).expect("runtime");
     let err = runtime.compile(&component_bytes("test-hostile-verify"), StageKind::Memory).expect_err("a verify component is no memory stage");

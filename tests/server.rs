@@ -765,7 +765,7 @@ fn the_openai_python_client_talks_to_chat_completions() {
 }
 
 #[test]
-fn the_web_page_signs_in_uploads_asks_and_opens_a_citation_in_chromium() {
+fn the_web_page_signs_in_uploads_asks_opens_a_citation_and_compares_two_profiles_in_chromium() {
     let s = Server::start(&[], "max_running = 1\nmax_queued = 4\nrequest_timeout_s = 600");
     let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
@@ -776,12 +776,13 @@ fn the_web_page_signs_in_uploads_asks_and_opens_a_citation_in_chromium() {
         .arg(&script)
         .args(["--url", &s.url, "--token", ADMIN, "--pdf"])
         .arg(common::bench_pdf(SENIORS).canonicalize().expect("the PDF exists"))
-        .args(["--question", "What share of seniors go online?", "--profile", "answer", "--screenshot"])
+        .args(["--question", "What share of seniors go online?", "--profile", "answer", "--compare", "quick,slow", "--screenshot"])
         .arg(&screenshot)
         .output()
         .expect("python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "browser check failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("compared: quick:") && stdout.contains("| slow:"), "the comparison ran:\n{stdout}");
     let png = std::fs::read(&screenshot).expect("a screenshot is kept");
     assert!(is_png(&png) && png.len() > 10_000, "screenshot at {}", screenshot.display());
     eprintln!("screenshot: {}", screenshot.display());

@@ -20,6 +20,7 @@ parser.add_argument("--pdf", required=True)
 parser.add_argument("--question", required=True)
 parser.add_argument("--profile", required=True)
 parser.add_argument("--screenshot", required=True)
+parser.add_argument("--compare", help="two profiles, A,B: ask again with A and compare with B beside it")
 args = parser.parse_args()
 
 chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -97,5 +98,18 @@ try:
     time.sleep(0.3)
     driver.save_screenshot(args.screenshot)
     print("citation opened: page image", width, "px wide; screenshot", args.screenshot)
+
+    if args.compare:
+        first, second = args.compare.split(",")
+        Select(driver.find_element(By.ID, "profile")).select_by_value(first)
+        Select(driver.find_element(By.ID, "compare")).select_by_value(second)
+        driver.find_element(By.ID, "ask").click()
+        wait(120, lambda d: d.find_element(By.ID, "result-2").is_displayed() or any(e.text for e in d.find_elements(By.ID, "ask-error")), "the second profile's answer arrives")
+        if not driver.find_element(By.ID, "result-2").is_displayed():
+            fail("the compared answer is shown (" + driver.find_element(By.ID, "ask-error").text + ")")
+        costs = [driver.find_element(By.ID, i).text for i in ("cost", "cost-2")]
+        if not (costs[0].startswith(first + ":") and costs[1].startswith(second + ":")):
+            fail(f"each side names its profile ({costs!r})")
+        print("compared:", " | ".join(costs))
 finally:
     driver.quit()

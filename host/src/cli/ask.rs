@@ -1,4 +1,5 @@
-//! `evident ask`: answer a question with a profile's pipeline, citing pages.
+//! `evident ask`: answer a question with a profile's pipeline, citing pages; with several
+//! profiles, the same question through each, side by side.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,9 +18,11 @@ pub struct AskArgs {
     /// Ask only about this document (repeatable; id, file name or title). Default: all.
     #[arg(long = "doc")]
     docs: Vec<String>,
-    /// The pipeline to run (a profile in appliance-config/profiles). Default: plugins.default_profile.
-    #[arg(long)]
-    profile: Option<String>,
+    /// The pipeline to run (a profile in appliance-config/profiles). Default:
+    /// plugins.default_profile. Repeat it to put the same question through each profile and
+    /// compare answers, citations, time and tokens side by side.
+    #[arg(long = "profile")]
+    profiles: Vec<String>,
     /// Print each stage's inputs, outputs, time and model use.
     #[arg(long)]
     trace: bool,
@@ -39,13 +42,74 @@ pub fn run(ctx: &Context, args: AskArgs) -> Result<ExitCode> {
         bail!("the store holds no documents; add some with `evident ingest <PDF or folder>`");
     }
     let registry = ctx.registry(store.clone())?;
-    let profile_name = args.profile.clone().unwrap_or_else(|| ctx.config.plugins.default_profile.clone());
-    let profile = registry.resolve(&profile_name)?;
+    let names = if args.profiles.is_empty() { vec![ctx.config.plugins.default_profile.clone()] } else { args.profiles.clone() };
+    // Every profile is resolved before any runs, so a misspelt second name costs no answer.
+    let profiles = names.iter().map(|n| registry.resolve(n)).collect::<Result<Vec<_>, _>>()?;
     let services = ctx.services(store.clone())?;
-    let host = Arc::new(RequestHost::new(services, docs, args.seed));
-    let outcome: Outcome = evident::pipeline::run(registry.runtime(), &profile, host, &args.question).context("answering the question")?;
-    print_outcome(&outcome, args.trace, args.json)?;
+    let mut outcomes: Vec<Outcome> = Vec::with_capacity(profiles.len());
+    for (name, profile) in names.iter().zip(&profiles) {
+        if profiles.len() > 1 && !args.json {
+            eprintln!("asking with {name} ...");
+        }
+        let host = Arc::new(RequestHost::new(services.clone(), docs.clone(), args.seed));
+        let outcome =
+            evident::pipeline::run(registry.runtime(), profile, host, &args.question).with_context(|| format!("answering the question with {name}"))?;
+        outcomes.push(outcome);
+    }
+    match outcomes.as_slice() {
+        [one] => print_outcome(one, args.trace, args.json)?,
+        many => print_side_by_side(&args.question, many, args.trace, args.json)?,
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Several profiles' answers to one question: each in full, then a row each of what they cost
+/// and what they cite.
+fn print_side_by_side(question: &str, outcomes: &[Outcome], trace: bool, json: bool) -> Result<()> {
+    if json {
+        let mut answers = Vec::with_capacity(outcomes.len());
+        for o in outcomes {
+            let mut v = serde_json::to_value(o)?;
+            if !trace {
+                v.as_object_mut().map(|m| m.remove("trace"));
+            }
+            answers.push(v);
+        }
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "question": question, "answers": answers }))?);
+        return Ok(());
+    }
+    for o in outcomes {
+        println!("== {} ==", o.profile);
+        print_outcome(o, trace, false)?;
+        println!();
+    }
+    println!("{:<14} {:>10} {:>8} {:>7} {:>8} {:>9}  pages cited", "profile", "answerable", "s", "calls", "tokens", "reused");
+    for o in outcomes {
+        let pages: Vec<String> = o.evidence.iter().map(|e| format!("{}:{}", &e.document[..e.document.len().min(8)], e.page)).collect();
+        println!(
+            "{:<14} {:>10} {:>8.1} {:>7} {:>8} {:>9}  {}",
+            o.profile,
+            if o.answerable { "yes" } else { "no" },
+            o.ms / 1000.0,
+            o.llm_calls,
+            o.tokens,
+            o.reused_tokens,
+            if pages.is_empty() { "none".to_string() } else { pages.join(" ") }
+        );
+    }
+    let cited = |o: &Outcome| o.evidence.iter().map(|e| (e.document.clone(), e.page)).collect::<std::collections::BTreeSet<_>>();
+    if let [a, b] = outcomes {
+        let (ca, cb) = (cited(a), cited(b));
+        println!(
+            "pages both cite: {}; only {}: {}; only {}: {}",
+            ca.intersection(&cb).count(),
+            a.profile,
+            ca.difference(&cb).count(),
+            b.profile,
+            cb.difference(&ca).count()
+        );
+    }
+    Ok(())
 }
 
 fn print_outcome(o: &Outcome, trace: bool, json: bool) -> Result<()> {

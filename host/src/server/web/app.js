@@ -59,12 +59,18 @@ async function loadDocuments() {
 async function loadProfiles() {
   const data = await (await api("/v1/profiles")).json();
   const select = $("profile");
+  const compare = $("compare");
   select.replaceChildren();
+  compare.replaceChildren(make("option", null, "nothing"));
+  compare.firstChild.value = "";
   for (const p of data.profiles) {
     const option = make("option", null, p.name + (p.description ? " — " + p.description : ""));
     option.value = p.name;
     option.selected = p.name === data.default;
     select.append(option);
+    const other = make("option", null, p.name);
+    other.value = p.name;
+    compare.append(other);
   }
 }
 
@@ -143,9 +149,10 @@ async function readEvents(response, onEvent) {
   }
 }
 
-async function ask(question, profile) {
+async function ask(question, profile, compareWith) {
   $("ask").disabled = true;
   $("result").hidden = true;
+  $("result-2").hidden = true;
   text($("ask-error"), "");
   $("stages").replaceChildren();
   const running = {};
@@ -163,11 +170,24 @@ async function ask(question, profile) {
           text(running[data.stage], `${data.stage} (${data.plugin}) ${(data.ms / 1000).toFixed(1)} s`).className = "done";
         }
       } else if (name === "answer") {
-        showAnswer(data);
+        showAnswer(data, "");
       } else if (name === "error") {
         text($("ask-error"), data.error.message);
       }
     });
+    // The same question through a second profile, after the first (the appliance may run one
+    // question at a time), shown beside it.
+    if (compareWith) {
+      const li = $("stages").appendChild(make("li", null, `${compareWith} …`));
+      const response = await api("/v1/query", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ question, profile: compareWith }),
+      });
+      const other = await response.json();
+      text(li, `${compareWith} ${(other.ms / 1000).toFixed(1)} s`).className = "done";
+      showAnswer(other, "-2");
+    }
   } catch (e) {
     text($("ask-error"), e.message);
   } finally {
@@ -175,11 +195,12 @@ async function ask(question, profile) {
   }
 }
 
-function showAnswer(r) {
-  text($("answer"), r.answerable ? r.answer : "Not answerable from the documents.");
-  text($("notice"), r.notice || "");
-  $("notice").hidden = !r.notice;
-  const list = $("citations");
+function showAnswer(r, suffix) {
+  const $s = (id) => $(id + suffix);
+  text($s("answer"), r.answerable ? r.answer : "Not answerable from the documents.");
+  text($s("notice"), r.notice || "");
+  $s("notice").hidden = !r.notice;
+  const list = $s("citations");
   list.replaceChildren();
   r.evidence.forEach((e, i) => {
     const li = make("li");
@@ -190,8 +211,8 @@ function showAnswer(r) {
     li.append(link, make("div", "snippet", e.snippet));
     list.append(li);
   });
-  text($("cost"), `${r.profile}: ${(r.ms / 1000).toFixed(1)} s, ${r.llm_calls} model calls, ${r.prompt_tokens + r.completion_tokens} tokens`);
-  $("result").hidden = false;
+  text($s("cost"), `${r.profile}: ${(r.ms / 1000).toFixed(1)} s, ${r.llm_calls} model calls, ${r.prompt_tokens + r.completion_tokens} tokens`);
+  $s("result").hidden = false;
 }
 
 async function openCitation(e, n) {
@@ -221,5 +242,5 @@ $("upload-form").addEventListener("submit", async (e) => {
   $("upload").disabled = false;
   $("file").value = "";
 });
-$("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value.trim(), $("profile").value); });
+$("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value.trim(), $("profile").value, $("compare").value); });
 if (token) signIn(token);
