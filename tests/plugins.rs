@@ -150,6 +150,11 @@ fn an_answer_cites_only_what_it_rests_on() {
     let quoted = evident::pipeline::run(&runtime, &with("labels"), fixture.host(), QUESTION).expect("answers");
     assert_eq!(quoted.evidence.len(), 1);
     assert_eq!(quoted.evidence[0].boxes.len(), 1, "the quoted block is drawn");
+    let [bx0, by0, bx1, by1] = quoted.evidence[0].boxes[0];
+    assert!(!quoted.evidence[0].words.is_empty(), "the quoted words are located");
+    for [x0, y0, x1, y1] in &quoted.evidence[0].words {
+        assert!(*x0 >= bx0 - 0.5 && *y0 >= by0 - 0.5 && *x1 <= bx1 + 0.5 && *y1 <= by1 + 0.5, "a word box lies in its block");
+    }
     assert!(!quoted.evidence[0].snippet.is_empty());
     assert_eq!(quoted.notice, None);
     // A quote that is on no block: the page the stage cited, but no box drawn for it.

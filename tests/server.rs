@@ -494,6 +494,7 @@ fn every_endpoint_answers_with_its_role_and_plain_errors() {
     assert!(n >= 1 && n <= docs[0]["pages"].as_u64().expect("pages"));
     assert!(!cited["snippet"].as_str().expect("snippet").is_empty());
     let image_url = cited["image_url"].as_str().expect("image url");
+    assert!(!cited["words"].as_array().expect("words").is_empty() && image_url.contains("words="), "the quoted words are highlighted: {cited}");
     assert!(is_png(&s.get(image_url, Some(READ)).expect(200, "cited image").bytes));
     let stages: Vec<&str> = r["trace"].as_array().expect("trace").iter().map(|t| t["stage"].as_str().expect("stage")).collect();
     assert_eq!(stages, ["retrieve", "verify", "memory"]);

@@ -20,7 +20,7 @@ use wasmtime::component::Component;
 use crate::error::{Classified, ErrorKind};
 use crate::plugins::types::{self, Candidate, PageRef, QuestionEvidence, StageContext};
 use crate::plugins::{PluginError, StageHost, StageKind, StageRuntime};
-use crate::retrieval::{best_block, trim_snippet};
+use crate::retrieval::{best_block, matching_word_boxes, trim_snippet};
 use crate::store::DocumentRecord;
 
 /// Why a question could not be answered.
@@ -65,6 +65,9 @@ pub struct Evidence {
     pub page: u32,
     /// Boxes of the cited blocks, PDF points from the top-left: x0, y0, x1, y1.
     pub boxes: Vec<[f32; 4]>,
+    /// Within those blocks, the boxes of the words the citation rests on (its quote's, or the
+    /// answer's), one per run of such words on a line.
+    pub words: Vec<[f32; 4]>,
     pub snippet: String,
 }
 
@@ -365,24 +368,24 @@ fn cite(host: &RequestHost, answer: &types::Answer) -> Result<Vec<Evidence>, Plu
                 )));
             }
         }
-        // Without cited blocks, the block that shares the most words with the quote (or, with no
-        // quote, the answer) stands in; a page that shares none is cited without a box.
-        let (boxes, snippet) = if c.blocks.is_empty() {
-            let probe = if c.quote.is_empty() { answer.text.clone() } else { c.quote.clone() };
-            match best_block(&record, &probe) {
-                Some(i) => {
-                    let b = &record.blocks[i];
-                    (vec![[b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1]], trim_snippet(&b.text()))
-                }
-                None => (Vec::new(), String::new()),
-            }
+        // The words the citation rests on: its quote, or with no quote the answer itself.
+        let probe = if c.quote.is_empty() { answer.text.clone() } else { c.quote.clone() };
+        // Without cited blocks, the block that shares the most of those words stands in; a page
+        // that shares none is cited without a box.
+        let blocks: Vec<&crate::store::Block> = if c.blocks.is_empty() {
+            best_block(&record, &probe).map(|i| &record.blocks[i]).into_iter().collect()
         } else {
-            let blocks: Vec<&crate::store::Block> = c.blocks.iter().map(|&b| &record.blocks[b as usize]).collect();
-            let text = blocks.iter().map(|b| b.text()).collect::<Vec<_>>().join(" ");
-            (blocks.iter().map(|b| [b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1]).collect(), brief(&text))
+            c.blocks.iter().map(|&b| &record.blocks[b as usize]).collect()
         };
+        let snippet = match blocks.as_slice() {
+            [] => String::new(),
+            [one] if c.blocks.is_empty() => trim_snippet(&one.text()),
+            many => brief(&many.iter().map(|b| b.text()).collect::<Vec<_>>().join(" ")),
+        };
+        let boxes = blocks.iter().map(|b| [b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1]).collect();
+        let words = matching_word_boxes(&blocks, &probe).iter().map(|w| [w.x0, w.y0, w.x1, w.y1]).collect();
         if !out.iter().any(|e| e.document == c.page.document && e.page == c.page.page) {
-            out.push(Evidence { document: c.page.document.clone(), title, page: c.page.page, boxes, snippet });
+            out.push(Evidence { document: c.page.document.clone(), title, page: c.page.page, boxes, words, snippet });
         }
     }
     Ok(out)

@@ -5,7 +5,7 @@ mod snippet;
 mod vector_cache;
 
 pub use lexical::{LexicalError, LexicalIndex};
-pub use snippet::{best_block, best_snippet, trim_snippet};
+pub use snippet::{best_block, best_snippet, matching_word_boxes, trim_snippet};
 pub use vector_cache::{DocumentVectors, PageVectorCache};
 
 use std::path::Path;

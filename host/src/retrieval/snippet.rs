@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::store::PageRecord;
+use crate::store::{Block, BoundingBox, PageRecord};
 
 /// Longest snippet, in characters.
 const SNIPPET_CHARS: usize = 240;
@@ -39,6 +39,32 @@ pub fn best_snippet(page: &PageRecord, question: &str) -> String {
     block.map(|i| trim_snippet(&page.blocks[i].text())).unwrap_or_default()
 }
 
+/// Most word boxes one citation highlights.
+const MAX_WORD_BOXES: usize = 48;
+
+/// The boxes of the words of `blocks` that `text` also has (stop words aside), one box per run
+/// of such words side by side on a line: where on the page the cited words are.
+pub fn matching_word_boxes(blocks: &[&Block], text: &str) -> Vec<BoundingBox> {
+    let terms: HashSet<String> = words(text).filter(|w| !STOP_WORDS.contains(&w.as_str())).collect();
+    let mut out = Vec::new();
+    for line in blocks.iter().flat_map(|b| &b.lines) {
+        let mut run: Option<BoundingBox> = None;
+        for word in &line.words {
+            if words(&word.text).any(|w| terms.contains(&w)) {
+                run = Some(run.map_or(word.bbox, |r| r.union(&word.bbox)));
+            } else if let Some(r) = run.take() {
+                out.push(r);
+            }
+        }
+        out.extend(run);
+        if out.len() >= MAX_WORD_BOXES {
+            out.truncate(MAX_WORD_BOXES);
+            break;
+        }
+    }
+    out
+}
+
 /// A block's text on one line, cut to a snippet's length.
 pub fn trim_snippet(best: &str) -> String {
     let flat = best.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -48,5 +74,35 @@ pub fn trim_snippet(best: &str) -> String {
         let mut s: String = flat.chars().take(SNIPPET_CHARS - 1).collect();
         s.push('…');
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Line, Word};
+
+    fn line(y: f32, words: &[&str]) -> Line {
+        let words: Vec<Word> = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Word { text: w.to_string(), bbox: BoundingBox { x0: 10.0 * i as f32, y0: y, x1: 10.0 * i as f32 + 8.0, y1: y + 5.0 } })
+            .collect();
+        let bbox = words.iter().skip(1).fold(words[0].bbox, |b, w| b.union(&w.bbox));
+        Line { bbox, words }
+    }
+
+    #[test]
+    fn the_cited_words_are_boxed_run_by_run_and_nothing_else() {
+        let lines = vec![line(0.0, &["Fully", "59%", "of", "seniors", "go", "online"]), line(10.0, &["and", "47%", "have", "broadband"])];
+        let bbox = lines[0].bbox.union(&lines[1].bbox);
+        let block = Block { bbox, font_size: 10.0, bold: false, lines };
+        let boxes = matching_word_boxes(&[&block], "59% of seniors go online [3]");
+        // "59%" and "of" (a stop word) break the run: 59% alone, then seniors go online.
+        assert_eq!(boxes.len(), 2, "{boxes:?}");
+        assert_eq!((boxes[0].x0, boxes[0].x1), (10.0, 18.0));
+        assert_eq!((boxes[1].x0, boxes[1].x1, boxes[1].y0), (30.0, 58.0, 0.0));
+        assert!(matching_word_boxes(&[&block], "nothing like it").is_empty());
+        assert_eq!(best_block(&PageRecord { number: 1, width: 100.0, height: 100.0, has_text_layer: true, blocks: vec![block] }, "zebra"), None);
     }
 }

@@ -127,6 +127,8 @@ pub async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
 pub struct ImageQuery {
     /// Boxes to draw, PDF points from the top-left: `x0,y0,x1,y1` separated by `;`.
     boxes: Option<String>,
+    /// Words to highlight (filled, under the boxes), in the same form.
+    words: Option<String>,
 }
 
 fn parse_boxes(text: &str) -> Result<Vec<[f32; 4]>, ApiError> {
@@ -158,22 +160,35 @@ pub async fn page_image(State(state): State<Arc<AppState>>, Path((id, n)): Path<
         .page_image(&doc, n)?
         .ok_or_else(|| ApiError::not_found(format!("no image is stored for page {n} of {id}: it was ingested without page images")))?;
     let boxes = parse_boxes(q.boxes.as_deref().unwrap_or(""))?;
-    let png = if boxes.is_empty() {
+    let words = parse_boxes(q.words.as_deref().unwrap_or(""))?;
+    let png = if boxes.is_empty() && words.is_empty() {
         png
     } else {
         let page = state.store.page(&doc, n)?;
-        tokio::task::spawn_blocking(move || draw_boxes(&png, page.width, &boxes)).await.map_err(|e| ApiError::internal(e.to_string()))??
+        tokio::task::spawn_blocking(move || draw_boxes(&png, page.width, &boxes, &words)).await.map_err(|e| ApiError::internal(e.to_string()))??
     };
     Ok(([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "private, max-age=3600")], png).into_response())
 }
 
-/// Draws rectangle outlines (PDF points) on a page image whose width spans `page_width` points.
-fn draw_boxes(png: &[u8], page_width: f32, boxes: &[[f32; 4]]) -> Result<Vec<u8>, ApiError> {
+/// Highlights `words` (a translucent yellow fill) and draws `boxes` as red outlines (PDF
+/// points) on a page image whose width spans `page_width` points.
+fn draw_boxes(png: &[u8], page_width: f32, boxes: &[[f32; 4]], words: &[[f32; 4]]) -> Result<Vec<u8>, ApiError> {
     let mut img = image::load_from_memory_with_format(png, image::ImageFormat::Png)
         .map_err(|e| ApiError::internal(format!("the stored page image is damaged: {e}")))?
         .to_rgba8();
     let (w, h) = img.dimensions();
     let scale = w as f32 / page_width.max(1.0);
+    for b in words {
+        let px = |v: f32, max: u32| ((v * scale).round().max(0.0) as u32).min(max.saturating_sub(1));
+        let (x0, y0, x1, y1) = (px(b[0].min(b[2]), w), px(b[1].min(b[3]), h), px(b[0].max(b[2]), w), px(b[1].max(b[3]), h));
+        for y in y0..=y1 {
+            for x in x0..=x1 {
+                let p = img.get_pixel_mut(x, y);
+                // Multiplying by yellow keeps the ink legible under the highlight.
+                p.0 = [p.0[0], p.0[1], (u16::from(p.0[2]) * 90 / 255) as u8, 255];
+            }
+        }
+    }
     let thickness = (w / 300).max(2);
     let colour = image::Rgba([220, 30, 30, 255]);
     for b in boxes {
@@ -216,11 +231,12 @@ mod tests {
         let mut png = std::io::Cursor::new(Vec::new());
         img.write_to(&mut png, image::ImageFormat::Png).expect("encodes");
         // The page is 100 points wide, so 2 pixels a point.
-        let out = draw_boxes(png.get_ref(), 100.0, &[[10.0, 10.0, 50.0, 30.0]]).expect("draws");
+        let out = draw_boxes(png.get_ref(), 100.0, &[[10.0, 10.0, 50.0, 30.0]], &[[12.0, 12.0, 20.0, 16.0]]).expect("draws");
         let out = image::load_from_memory(&out).expect("decodes").to_rgba8();
         assert_eq!(out.get_pixel(20, 40).0, [220, 30, 30, 255], "top-left corner region");
         assert_eq!(out.get_pixel(100, 20).0, [220, 30, 30, 255], "top edge");
-        assert_eq!(out.get_pixel(60, 40).0, [255, 255, 255, 255], "inside stays clear");
+        assert_eq!(out.get_pixel(60, 40).0, [255, 255, 255, 255], "inside, away from the words, stays clear");
+        assert_eq!(out.get_pixel(30, 28).0, [255, 255, 90, 255], "a highlighted word turns yellow");
         assert_eq!(out.get_pixel(150, 80).0, [255, 255, 255, 255], "outside stays clear");
     }
 }

@@ -82,11 +82,16 @@ impl QueryResponse {
             .evidence
             .into_iter()
             .map(|e| {
-                let boxes: Vec<String> = e.boxes.iter().map(|b| format!("{:.1},{:.1},{:.1},{:.1}", b[0], b[1], b[2], b[3])).collect();
+                let list = |boxes: &[[f32; 4]]| boxes.iter().map(|b| format!("{:.1},{:.1},{:.1},{:.1}", b[0], b[1], b[2], b[3])).collect::<Vec<_>>().join(";");
                 let mut image_url = format!("/v1/documents/{}/pages/{}/image", e.document, e.page);
-                if !boxes.is_empty() {
-                    image_url.push_str("?boxes=");
-                    image_url.push_str(&boxes.join(";"));
+                let params: Vec<String> = [("boxes", list(&e.boxes)), ("words", list(&e.words))]
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                if !params.is_empty() {
+                    image_url.push('?');
+                    image_url.push_str(&params.join("&"));
                 }
                 EvidenceView { evidence: e, image_url }
             })
