@@ -1,7 +1,7 @@
 //! An outline made of a document's headings, for PDFs without bookmarks: short blocks set larger
 //! than the body text (or bold at body size), each level a heading size, largest first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::store::{Block, OutlineEntry, PageRecord};
 
@@ -43,12 +43,13 @@ pub fn heading_outline(pages: &[&PageRecord]) -> Vec<OutlineEntry> {
     let mut candidates: Vec<(u32, String, u32, bool)> = Vec::new(); // (page, text, size key, larger)
     let mut pages_with: HashMap<String, usize> = HashMap::new();
     for page in pages.iter().copied() {
+        let mut on_this_page: HashSet<String> = HashSet::new();
         for block in &page.blocks {
             let text = block.text().split_whitespace().collect::<Vec<_>>().join(" ");
             let larger = block.font_size >= body_size * LARGER;
             let bold_at_body = block.bold && size_key(block.font_size) >= body;
             if (larger || bold_at_body) && reads_like_heading(block, &text) {
-                if !candidates.iter().any(|(p, t, _, _)| *p == page.number && *t == text) {
+                if on_this_page.insert(text.clone()) {
                     *pages_with.entry(text.clone()).or_default() += 1;
                 }
                 candidates.push((page.number, text, size_key(block.font_size), larger));
