@@ -66,7 +66,7 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
     let store = ctx.store()?;
     let doc = store.resolve(&args.doc)?;
     let Some(number) = args.page else {
-        let outline = store.outline(&doc)?;
+        let outline = evident::ingest::document_outline(&store, &doc)?;
         let damage = store.damage(&doc)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&json!({ "document": doc, "outline": outline, "damage": damage }))?);

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::store::{Block, OutlineEntry, PageRecord};
+use crate::store::{Block, DocumentRecord, OutlineEntry, PageRecord, Store, StoreError};
 
 /// Heading sizes kept as levels (larger sizes first); smaller ones are body text.
 const MAX_LEVELS: usize = 3;
@@ -75,6 +75,18 @@ pub fn heading_outline(pages: &[&PageRecord]) -> Vec<OutlineEntry> {
         }
     }
     out
+}
+
+/// A stored document's outline: its bookmarks, or the outline of its headings. Documents
+/// stored before outlines fell back to headings have neither stored; theirs is made from their
+/// pages here.
+pub fn document_outline(store: &Store, doc: &DocumentRecord) -> Result<Vec<OutlineEntry>, StoreError> {
+    let stored = store.outline(doc)?;
+    if !stored.is_empty() {
+        return Ok(stored);
+    }
+    let pages = (1..=doc.page_count).map(|n| store.page(doc, n)).collect::<Result<Vec<_>, _>>()?;
+    Ok(heading_outline(&pages.iter().collect::<Vec<_>>()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ mod progress;
 mod wire;
 mod worker;
 
-pub use headings::heading_outline;
+pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page};
 pub use pdf::{OpenPdf, PdfError, PdfReader};
 pub use progress::IngestProgress;

@@ -228,12 +228,7 @@ impl StageHost for RequestHost {
 
     fn outline(&self, document: String) -> Result<Vec<types::OutlineEntry>, String> {
         let doc = self.document(&document)?;
-        let mut entries = self.services.store.outline(doc).map_err(|e| e.to_string())?;
-        if entries.is_empty() {
-            // Ingested before outlines fell back to headings: make that outline now.
-            let pages = (1..=doc.page_count).map(|n| self.services.store.page(doc, n)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
-            entries = crate::ingest::heading_outline(&pages.iter().collect::<Vec<_>>());
-        }
+        let entries = crate::ingest::document_outline(&self.services.store, doc).map_err(|e| e.to_string())?;
         let mut out: Vec<types::OutlineEntry> = Vec::with_capacity(entries.len());
         let mut open: Vec<(u32, u32)> = Vec::new(); // (level, index) of enclosing entries
         for (i, e) in entries.iter().enumerate() {

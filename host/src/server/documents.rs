@@ -67,7 +67,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<Value>, Api
 /// `GET /v1/documents/{id}`
 pub async fn show(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let doc = document(&state, &id)?;
-    let outline = state.store.outline(&doc)?;
+    let outline = crate::ingest::document_outline(&state.store, &doc)?;
     let mut v = serde_json::to_value(view(&state, &doc)?).map_err(|e| ApiError::internal(e.to_string()))?;
     v["outline"] = serde_json::to_value(outline).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(v))
