@@ -116,10 +116,13 @@ pub fn verify(host: &impl HostApi, ctx: &StageContext, question: &str, candidate
             }
         }
     }
-    // Consolidation: the pages found true, read together (in windows of k when there are more).
+    // Consolidation: the pages found true, read together. The generating judge (a capable
+    // model) reads them all in one block, as the paper does; the scoring judge re-judges them in
+    // windows of k, which keeps each prompt short for the embedded model.
     let found: Vec<usize> = (0..pages.len()).filter(|&i| relevant[i]).collect();
     let mut consolidated = vec![false; pages.len()];
-    for group in found.chunks(s.window) {
+    let block_size = if s.judge == "generate" { found.len().max(1) } else { s.window };
+    for group in found.chunks(block_size) {
         let block: Vec<(PageRef, String)> = group.iter().map(|&i| pages[i].clone()).collect();
         if s.judge == "generate" {
             for (j, flag) in judge_by_generation(host, question, &block)?.into_iter().enumerate() {
@@ -217,6 +220,17 @@ mod tests {
                 assert_eq!(*host.calls.borrow(), 4);
             }
         }
+    }
+
+    #[test]
+    fn the_generating_judge_consolidates_all_pages_found_in_one_block() {
+        // Ten evidence pages over three windows: one consolidation call reads all ten.
+        let evidence: Vec<u32> = (1..=20).filter(|p| p % 2 == 0).map(|p| p * 10).collect();
+        let host = FakeHost { evidence: evidence.clone(), calls: RefCell::new(0) };
+        let verdicts = verify(&host, &ctx("generate"), "q", &candidates(20)).expect("verdicts");
+        let found: Vec<u32> = verdicts.iter().filter(|v| v.relevant).map(|v| v.page.page).collect();
+        assert_eq!(found, evidence);
+        assert_eq!(*host.calls.borrow(), 3 + 1, "three windows, then one block of ten");
     }
 
     #[test]
