@@ -18,6 +18,9 @@ questions. Answer briefly. If they do not contain the answer, reply exactly NOT_
 
 struct Settings {
     window: usize,
+    /// Pages a child question is answered over: the first of its verified pages (0: all of
+    /// them, as the paper reads E(q_i)).
+    child_pages: usize,
     page_tokens: u32,
     max_tokens: u32,
     memory_tokens: u32,
@@ -68,6 +71,7 @@ fn read(host: &impl HostApi, s: &Settings, list: &[Candidate]) -> Result<Vec<(Pa
 pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvidence]) -> Result<Answer, String> {
     let s = Settings {
         window: param(ctx, "window", 7usize)?.max(1),
+        child_pages: param(ctx, "child_pages", 7usize)?,
         page_tokens: param(ctx, "page_tokens", 220)?,
         max_tokens: param(ctx, "max_tokens", 96)?,
         memory_tokens: param(ctx, "memory_tokens", 600)?,
@@ -78,7 +82,8 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
             memory.push(Note { child: true, text: format!("Q: {} A: {NOT_ANSWERABLE} (no verified pages)", child.question) });
             continue;
         }
-        let pages = read(host, &s, &child.evidence[..child.evidence.len().min(s.window)])?;
+        let take = if s.child_pages == 0 { child.evidence.len() } else { child.evidence.len().min(s.child_pages) };
+        let pages = read(host, &s, &child.evidence[..take])?;
         let reply = ask(host, &s, &child.question, &pages, &memory)?;
         let reply = if says_not_answerable(&reply) { NOT_ANSWERABLE.to_string() } else { strip_markers(&reply) };
         memory.push(Note { child: true, text: format!("Q: {} A: {reply}", child.question) });
@@ -183,6 +188,26 @@ mod tests {
         assert_eq!(prompts.len(), 3);
         assert!(prompts[1].contains("Q: child one? A: NOT_ANSWERABLE") && prompts[1].contains("Q: child two? A: NOT_ANSWERABLE"));
         assert!(prompts[2].contains("did not answer"), "the failed window left a note");
+    }
+
+    #[test]
+    fn a_child_reads_its_first_pages_or_with_child_pages_0_all_of_them() {
+        let child_pages: Vec<u32> = (1..=10).collect();
+        let evidence = vec![
+            QuestionEvidence { question: "root?".into(), is_root: true, evidence: list(&[40]), verdicts: vec![] },
+            QuestionEvidence { question: "child?".into(), is_root: false, evidence: list(&child_pages), verdicts: vec![] },
+        ];
+        for (setting, reads_tenth) in [(None, false), (Some("0"), true)] {
+            let host = FakeHost { prompts: RefCell::new(vec![]) };
+            let mut c = ctx();
+            if let Some(v) = setting {
+                c.params.push(stage_kit::types::Param { key: "child_pages".into(), value: v.into() });
+            }
+            answer(&host, &c, &evidence).expect("answers");
+            let child_prompt = host.prompts.borrow()[0].clone();
+            assert!(child_prompt.contains("text of 7"), "{setting:?}");
+            assert_eq!(child_prompt.contains("text of 10"), reads_tenth, "{setting:?}");
+        }
     }
 
     #[test]
