@@ -23,28 +23,35 @@ fn normalise(text: &str) -> String {
         .join(" ")
 }
 
-/// Numbers in a text: "$3,456.7" is 3456.7, "-24.5%" is -24.5.
-pub fn numbers(text: &str) -> Vec<f64> {
-    let cleaned: String = text.chars().filter(|c| *c != ',' && *c != '$').collect();
+/// Numbers in a text, each with whether a percent sign or "percent" follows it: "$3,456.7" is
+/// 3456.7, "-24.5%" is -24.5 (a percentage).
+fn figures(text: &str) -> Vec<(f64, bool)> {
+    let chars: Vec<char> = text.chars().filter(|c| *c != ',' && *c != '$').chain(std::iter::once(' ')).collect();
     let mut out = Vec::new();
     let mut current = String::new();
-    for c in cleaned.chars().chain(std::iter::once(' ')) {
+    for (i, &c) in chars.iter().enumerate() {
         if c.is_ascii_digit() || (c == '.' && !current.is_empty() && !current.contains('.')) || (c == '-' && current.is_empty()) {
             current.push(c);
-        } else {
-            let t = current.trim_end_matches('.');
-            if t.chars().any(|c| c.is_ascii_digit())
-                && let Ok(v) = t.parse::<f64>()
-            {
-                out.push(v);
-            }
-            current.clear();
-            if c == '-' {
-                current.push(c);
-            }
+            continue;
+        }
+        let t = current.trim_end_matches('.');
+        if t.chars().any(|c| c.is_ascii_digit())
+            && let Ok(v) = t.parse::<f64>()
+        {
+            let after: String = chars[i..].iter().skip_while(|c| c.is_whitespace()).take(7).collect::<String>().to_lowercase();
+            out.push((v, after.starts_with('%') || after.starts_with("percent")));
+        }
+        current.clear();
+        if c == '-' {
+            current.push(c);
         }
     }
     out
+}
+
+/// Numbers in a text: "$3,456.7" is 3456.7, "-24.5%" is -24.5.
+pub fn numbers(text: &str) -> Vec<f64> {
+    figures(text).into_iter().map(|(v, _)| v).collect()
 }
 
 /// The answer without citation markers ("[2]", "[1, 3]") and page notes ("(page 4)").
@@ -110,32 +117,9 @@ pub fn short_form(predicted: &str) -> String {
 fn stated_figure(short: &str, gold: &str, gold_value: f64) -> Option<f64> {
     let is_year = |v: f64| v.fract() == 0.0 && (1900.0..=2100.0).contains(&v);
     let keep_years = is_year(gold_value);
-    let mut figures: Vec<(f64, bool)> = Vec::new();
-    let cleaned: String = short.chars().filter(|c| *c != ',' && *c != '$').collect();
-    let mut current = String::new();
-    let chars: Vec<char> = cleaned.chars().chain(std::iter::once(' ')).collect();
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_digit() || (c == '.' && !current.is_empty() && !current.contains('.')) || (c == '-' && current.is_empty()) {
-            current.push(c);
-            continue;
-        }
-        let t = current.trim_end_matches('.');
-        if t.chars().any(|c| c.is_ascii_digit())
-            && let Ok(v) = t.parse::<f64>()
-        {
-            let after: String = chars[i..].iter().collect::<String>().trim_start().chars().take(8).collect::<String>().to_lowercase();
-            let percent = after.starts_with('%') || after.starts_with("percent");
-            if keep_years || !is_year(v) {
-                figures.push((v, percent));
-            }
-        }
-        current.clear();
-        if c == '-' {
-            current.push(c);
-        }
-    }
+    let stated: Vec<(f64, bool)> = figures(short).into_iter().filter(|(v, _)| keep_years || !is_year(*v)).collect();
     let gold_percent = gold.contains('%') || gold.to_lowercase().contains("percent");
-    figures.iter().find(|(_, p)| *p == gold_percent).or(figures.first()).map(|(v, _)| *v)
+    stated.iter().find(|(_, p)| *p == gold_percent).or(stated.first()).map(|(v, _)| *v)
 }
 
 fn close(a: f64, b: f64) -> bool {
