@@ -1,6 +1,7 @@
 //! Evident: on-premise question answering over long PDFs, with the pages that prove each answer.
 
 pub mod config;
+pub mod enrich;
 pub mod error;
 pub mod eval;
 pub mod generate;
@@ -20,7 +21,7 @@ mod layering {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::Path;
 
-    const MODULES: &[&str] = &["config", "error", "eval", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
+    const MODULES: &[&str] = &["config", "enrich", "error", "eval", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
 
     /// The top-level modules a source text names through `crate::` (grouped imports included).
     fn named(text: &str) -> BTreeSet<String> {

@@ -33,8 +33,10 @@ enum Command {
     Show(cli::docs::ShowArgs),
     /// Remove a document and everything stored for it.
     Rm(cli::docs::RmArgs),
-    /// Bring the retrieval indexes (token vectors, BM25) up to date.
+    /// Bring the retrieval indexes (token vectors, BM25) and the profiles' enrich stages up to date.
     Index(cli::search::IndexArgs),
+    /// Show what the enrich stages made of a document (their artifact sets), or search it.
+    Artifacts(cli::enrich::ArtifactsArgs),
     /// Check that every document's pages, images, vectors and BM25 entries are whole.
     Check(cli::check::CheckArgs),
     /// Rank pages for a question.
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         Command::Show(args) => cli::docs::show(&ctx, args),
         Command::Rm(args) => cli::docs::remove(&ctx, args),
         Command::Index(args) => cli::search::index(&ctx, args),
+        Command::Artifacts(args) => cli::enrich::artifacts(&ctx, args),
         Command::Check(args) => cli::check::run(&ctx, args),
         Command::Search(args) => cli::search::search(&ctx, args),
         Command::Eval(args) => cli::eval::run(&ctx, args),

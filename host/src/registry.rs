@@ -9,11 +9,10 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
-use wasmtime::component::Component;
 
 use crate::error::{self, Classified, ErrorKind};
 use crate::pipeline::{Profile, ProfileError, ResolvedProfile};
-use crate::plugins::{PluginError, StageKind, StageRuntime};
+use crate::plugins::{PluginError, StageComponent, StageKind, StageRuntime};
 use crate::store::{PluginRecord, Store, StoreError};
 
 /// Why a plugin could not be installed, found or put behind a stage.
@@ -24,7 +23,7 @@ pub enum RegistryError {
     #[error("no plugin named {name} is installed or bundled in {dir}; `evident plugins list` shows them")]
     NotInstalled { name: String, dir: String },
     #[error(
-        "{0} cannot be installed: it implements none of the stage worlds (decompose-stage, verify-stage, rerank-stage, memory-stage) of evident:pipeline@0.1.0"
+        "{0} cannot be installed: it implements none of the stage worlds (decompose-stage, verify-stage, rerank-stage, memory-stage, enrich-stage) of evident:pipeline 0.1.0 or 0.2.0"
     )]
     NoStageWorld(String),
     #[error("{name} cannot be installed: {source}")]
@@ -64,7 +63,7 @@ pub struct PluginRegistry {
     profiles_dir: PathBuf,
     /// Compiled components by sha256 and the stage kind they were checked against: a component
     /// checked as one kind must not pass as another from the cache.
-    compiled: Mutex<HashMap<(String, StageKind), Arc<Component>>>,
+    compiled: Mutex<HashMap<(String, StageKind), Arc<StageComponent>>>,
     live: RwLock<HashMap<String, Arc<ResolvedProfile>>>,
 }
 
@@ -78,12 +77,17 @@ impl PluginRegistry {
         PluginRegistry { runtime, store, bundled_dir, profiles_dir, compiled: Mutex::new(HashMap::new()), live: RwLock::new(HashMap::new()) }
     }
 
+    /// Names of the profiles in the profiles folder.
+    pub fn profile_names(&self) -> Vec<String> {
+        Profile::names(&self.profiles_dir)
+    }
+
     /// The runtime components run in.
     pub fn runtime(&self) -> &StageRuntime {
         &self.runtime
     }
 
-    fn compile(&self, sha256: &str, wasm: &[u8], kind: StageKind) -> Result<Arc<Component>, PluginError> {
+    fn compile(&self, sha256: &str, wasm: &[u8], kind: StageKind) -> Result<Arc<StageComponent>, PluginError> {
         let key = (sha256.to_string(), kind);
         if let Some(c) = error::lock(&self.compiled).get(&key) {
             return Ok(c.clone());
@@ -102,20 +106,20 @@ impl PluginRegistry {
         let sha256: String = Sha256::digest(wasm).iter().map(|b| format!("{b:02x}")).collect();
         let kinds: Vec<StageKind> = match kind {
             Some(k) => vec![k],
-            None => vec![StageKind::Decompose, StageKind::Verify, StageKind::Rerank, StageKind::Memory],
+            None => StageKind::ALL.to_vec(),
         };
         let mut last = None;
         let mut found = None;
         for k in kinds {
             match self.compile(&sha256, wasm, k) {
-                Ok(_) => {
-                    found = Some(k);
+                Ok(c) => {
+                    found = Some((k, c.api));
                     break;
                 }
                 Err(e) => last = Some(e),
             }
         }
-        let Some(kind) = found else {
+        let Some((kind, api)) = found else {
             let err = last.unwrap_or(PluginError::Invalid("no stage kind to check".into()));
             return Err(match (kind, err) {
                 (None, PluginError::WrongWorld { .. }) => RegistryError::NoStageWorld(name.to_string()),
@@ -123,7 +127,15 @@ impl PluginRegistry {
             });
         };
         let installed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let record = PluginRecord { name: name.into(), version: version.into(), kind: kind_name(kind), sha256, size: wasm.len() as u64, installed_at };
+        let record = PluginRecord {
+            name: name.into(),
+            version: version.into(),
+            kind: kind_name(kind),
+            sha256,
+            size: wasm.len() as u64,
+            installed_at,
+            api: api.as_str().into(),
+        };
         self.store.put_plugin(&record, wasm)?;
         Ok(record)
     }
@@ -168,7 +180,7 @@ impl PluginRegistry {
     }
 
     /// The compiled component of plugin `name`, which must implement `kind`.
-    fn component(&self, name: &str, kind: StageKind) -> Result<Arc<Component>, RegistryError> {
+    fn component(&self, name: &str, kind: StageKind) -> Result<Arc<StageComponent>, RegistryError> {
         let installed = self.store.plugin(name)?;
         let (record, wasm) = match installed {
             // A plugin installed from the bundle follows the bundle: a newer build of Evident

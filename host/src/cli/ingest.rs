@@ -21,9 +21,13 @@ pub struct IngestArgs {
     /// Skip rendering page images (faster; citations then show no picture).
     #[arg(long)]
     no_images: bool,
-    /// Skip building the retrieval indexes (token vectors, BM25); `evident index` does it later.
+    /// Skip building the retrieval indexes (token vectors, BM25) and enrich; `evident index`
+    /// does both later.
     #[arg(long)]
     no_index: bool,
+    /// Skip the profiles' enrich stages; `evident index` runs them later.
+    #[arg(long)]
+    no_enrich: bool,
 }
 
 /// Ingests every PDF named; one that fails is reported and the rest go on.
@@ -32,7 +36,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     if files.is_empty() {
         anyhow::bail!("no PDF files found in the paths given");
     }
-    let store = ctx.store()?;
+    let store = std::sync::Arc::new(ctx.store()?);
     let worker = ctx.pdf_worker()?;
     let options = IngestOptions {
         password: args.password,
@@ -73,10 +77,14 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     }
     progress.finish();
     println!("{added} added ({pages} pages), {present} already present, {failed} failed");
+    let mut enriched = true;
     if !args.no_index && !to_index.is_empty() {
         super::search::run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &to_index)?;
+        if !args.no_enrich {
+            enriched = super::enrich::run(ctx, &store, &to_index)?;
+        }
     }
-    Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed > 0 || !enriched { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// What a damaged file lost, for the line that reports it (empty for a whole file).

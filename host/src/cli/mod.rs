@@ -9,6 +9,7 @@ pub mod bench_search;
 pub mod bench_stages;
 pub mod check;
 pub mod docs;
+pub mod enrich;
 pub mod eval;
 pub mod eval_answers;
 pub mod generate;

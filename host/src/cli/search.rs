@@ -39,13 +39,14 @@ pub struct SearchArgs {
     json: bool,
 }
 
-/// Brings the retrieval indexes of the store up to date.
+/// Brings the retrieval indexes of the store up to date, then the profiles' enrich stages
+/// (resuming interrupted ones, redoing stale ones).
 pub fn index(ctx: &Context, args: IndexArgs) -> Result<ExitCode> {
-    let store = ctx.store()?;
+    let store = std::sync::Arc::new(ctx.store()?);
     let docs = resolve_docs(&store, &args.docs)?;
-    let lexical = ctx.lexical()?;
-    let encoder = ctx.encoder()?;
-    run_index(&store, &lexical, &encoder, &docs)
+    run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &docs)?;
+    let ready: Vec<_> = docs.into_iter().filter(|d| matches!(evident::retrieval::needs_index(&store, d), Ok(false))).collect();
+    Ok(if super::enrich::run(ctx, &store, &ready)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// The documents named (id, file name or title), or all when none are.

@@ -2,6 +2,7 @@
 //! checks what the stages return and builds the evidence (document, page, boxes, snippet) and
 //! the trace (each stage's inputs and outputs in brief, timings, model calls and tokens).
 
+pub mod capabilities;
 mod profile;
 mod services;
 
@@ -15,11 +16,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 use thiserror::Error;
-use wasmtime::component::Component;
 
 use crate::error::{Classified, ErrorKind};
 use crate::plugins::types::{self, Candidate, PageRef, QuestionEvidence, StageContext};
-use crate::plugins::{PluginError, StageHost, StageKind, StageRuntime};
+use crate::plugins::{PluginError, StageComponent, StageHost, StageKind, StageRuntime};
 use crate::retrieval::{best_block, matching_word_boxes, trim_snippet};
 use crate::store::DocumentRecord;
 
@@ -54,7 +54,16 @@ impl Classified for PipelineError {
 #[derive(Clone)]
 pub struct ResolvedProfile {
     pub profile: Profile,
-    pub components: HashMap<StageKind, (String, Arc<Component>)>,
+    pub components: HashMap<StageKind, (String, Arc<StageComponent>)>,
+}
+
+impl ResolvedProfile {
+    /// The enrich set whose artifacts this profile's stages read: its enrich stage's, with its
+    /// parameters; None without one.
+    pub fn enrich_set(&self) -> Option<String> {
+        let (_, component) = self.components.get(&StageKind::Enrich)?;
+        Some(crate::store::enrich_set_id(&component.sha256, &self.profile.param_pairs(StageKind::Enrich)))
+    }
 }
 
 /// One cited place, as the user sees it.
@@ -155,7 +164,7 @@ struct Recorder<'h> {
 
 impl Recorder<'_> {
     fn step<T>(&mut self, stage: &str, plugin: &str, input: String, run: impl FnOnce() -> T, output: impl FnOnce(&T) -> String) -> T {
-        let (calls0, tokens0, reused0) = (self.host.llm_calls.load(Ordering::Relaxed), self.tokens(), self.host.prompts.reuse().reused);
+        let (calls0, tokens0, reused0) = (self.host.usage.llm_calls.load(Ordering::Relaxed), self.tokens(), self.host.prompts.reuse().reused);
         (self.observer)(&StageEvent::Started { stage: stage.into(), plugin: plugin.into(), input: input.clone() });
         let started = Instant::now();
         let out = run();
@@ -165,7 +174,7 @@ impl Recorder<'_> {
             input,
             output: output(&out),
             ms: started.elapsed().as_secs_f64() * 1000.0,
-            llm_calls: self.host.llm_calls.load(Ordering::Relaxed) - calls0,
+            llm_calls: self.host.usage.llm_calls.load(Ordering::Relaxed) - calls0,
             tokens: self.tokens() - tokens0,
             reused_tokens: self.host.prompts.reuse().reused - reused0,
         });
@@ -176,7 +185,7 @@ impl Recorder<'_> {
     }
 
     fn tokens(&self) -> u64 {
-        self.host.prompt_tokens.load(Ordering::Relaxed) + self.host.completion_tokens.load(Ordering::Relaxed)
+        self.host.usage.tokens()
     }
 }
 
@@ -202,6 +211,7 @@ pub fn run_observed(
         )));
     }
     let doc_ids: Vec<String> = host.documents().iter().map(|d| d.id.clone()).collect();
+    host.read_artifacts_of(profile.enrich_set());
     let ctx = |kind: StageKind| StageContext { question: question.to_string(), documents: doc_ids.clone(), params: p.params(kind) };
     let dyn_host: Arc<dyn StageHost> = host.clone();
     let stage_err = |kind: StageKind, plugin: &str| {
@@ -310,10 +320,10 @@ pub fn run_observed(
         evidence: cited,
         profile: p.name.clone(),
         ms: started.elapsed().as_secs_f64() * 1000.0,
-        llm_calls: host.llm_calls.load(Ordering::Relaxed),
-        tokens: host.prompt_tokens.load(Ordering::Relaxed) + host.completion_tokens.load(Ordering::Relaxed),
-        prompt_tokens: host.prompt_tokens.load(Ordering::Relaxed),
-        completion_tokens: host.completion_tokens.load(Ordering::Relaxed),
+        llm_calls: host.usage.llm_calls.load(Ordering::Relaxed),
+        tokens: host.usage.tokens(),
+        prompt_tokens: host.usage.prompt_tokens.load(Ordering::Relaxed),
+        completion_tokens: host.usage.completion_tokens.load(Ordering::Relaxed),
         reused_tokens: host.prompts.reuse().reused,
         trace,
         ranked_pages,

@@ -98,16 +98,21 @@ impl Profile {
 
     /// A stage's parameters as the stage receives them.
     pub fn params(&self, kind: StageKind) -> Vec<crate::plugins::types::Param> {
+        self.param_pairs(kind).into_iter().map(|(key, value)| crate::plugins::types::Param { key, value }).collect()
+    }
+
+    /// A stage's parameters as (key, text), sorted by key.
+    pub fn param_pairs(&self, kind: StageKind) -> Vec<(String, String)> {
         let Some(binding) = self.stages.get(&kind) else { return Vec::new() };
         binding
             .params
             .iter()
-            .map(|(k, v)| crate::plugins::types::Param {
-                key: k.clone(),
-                value: match v {
+            .map(|(k, v)| {
+                let text = match v {
                     toml::Value::String(s) => s.clone(),
                     other => other.to_string(),
-                },
+                };
+                (k.clone(), text)
             })
             .collect()
     }

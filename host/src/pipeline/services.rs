@@ -1,19 +1,22 @@
-//! What stages reach through the host interface during one request: retrieval, pages,
-//! the generator, a seeded random source; with counts of model calls and tokens for the trace.
+//! What stages reach through the host during one request: retrieval, pages, the generator,
+//! the profile's artifacts, a seeded random source; with counts of model calls and tokens for
+//! the trace.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::PipelineLimits;
-use crate::generate::{GenerateRequest, Generator, ImagePart, Message, PromptCache, SamplingParams};
+use crate::generate::{Generator, PromptCache};
 use crate::models::TextEncoder;
-use crate::plugins::StageHost;
 use crate::plugins::types::{self, Candidate, PageRef};
-use crate::retrieval::{LexicalIndex, MaxSimBackend, Ranker, SearchMode, needs_index};
+use crate::plugins::{HostFailure, HostResult, StageHost};
+use crate::retrieval::{ArtifactQuery, LexicalIndex, MaxSimBackend, Ranker, SearchMode, needs_index};
 use crate::store::{DocumentRecord, Store};
+
+use super::capabilities::{self, Usage};
 
 /// The appliance's parts a pipeline run uses, shared by every request.
 pub struct Services {
@@ -41,9 +44,11 @@ pub struct RequestHost {
     /// Documents in scope still waiting for their indexes: not searched, named in the answer.
     unindexed: Vec<DocumentRecord>,
     rng: Mutex<StdRng>,
-    pub llm_calls: AtomicU64,
-    pub prompt_tokens: AtomicU64,
-    pub completion_tokens: AtomicU64,
+    /// Model calls and tokens the request's stages spent.
+    pub usage: Usage,
+    /// The enrich set whose artifacts the request's stages read (the profile's enrich stage
+    /// and its parameters), once the run names it.
+    artifacts: OnceLock<Option<String>>,
     /// The caches of this request's prompts, for its later prompts that start the same way.
     pub prompts: PromptCache,
     log: Mutex<Vec<String>>,
@@ -63,9 +68,8 @@ impl RequestHost {
             docs,
             unindexed,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
-            llm_calls: AtomicU64::new(0),
-            prompt_tokens: AtomicU64::new(0),
-            completion_tokens: AtomicU64::new(0),
+            usage: Usage::default(),
+            artifacts: OnceLock::new(),
             log: Mutex::new(Vec::new()),
             cancelled: AtomicBool::new(false),
         }
@@ -76,8 +80,14 @@ impl RequestHost {
         self.cancelled.store(true, Ordering::Relaxed);
     }
 
-    fn live(&self) -> Result<(), String> {
-        if self.cancelled.load(Ordering::Relaxed) { Err("the request was cancelled (it timed out or its client went away)".into()) } else { Ok(()) }
+    /// Names the enrich set (see [`crate::store::enrich_set_id`]) whose artifacts this
+    /// request's stages read; None when the profile has no enrich stage. Set once.
+    pub fn read_artifacts_of(&self, set: Option<String>) {
+        let _ = self.artifacts.set(set);
+    }
+
+    fn live(&self) -> HostResult<()> {
+        if self.cancelled.load(Ordering::Relaxed) { Err(HostFailure::Cancelled) } else { Ok(()) }
     }
 
     /// The documents in scope.
@@ -95,6 +105,14 @@ impl RequestHost {
         self.docs.iter().find(|d| d.id == id).ok_or_else(|| format!("document {id} is not among the request's documents"))
     }
 
+    /// The documents a stage named, or the request's when it named none.
+    fn scope(&self, documents: &[String]) -> HostResult<Vec<DocumentRecord>> {
+        if documents.is_empty() {
+            return Ok(self.docs.clone());
+        }
+        Ok(documents.iter().map(|d| self.document(d).cloned()).collect::<Result<_, _>>()?)
+    }
+
     /// Lines the stages logged.
     pub fn take_log(&self) -> Vec<String> {
         std::mem::take(&mut *crate::error::lock(&self.log))
@@ -102,10 +120,17 @@ impl RequestHost {
 
     /// The ranked pages for several questions at once (the host's retrieve step).
     pub fn retrieve(&self, questions: &[&str], mode: SearchMode, k: u32, docs: &[DocumentRecord]) -> Result<Vec<Vec<Candidate>>, String> {
+        self.rank(questions, mode, 0.5, k, docs).map_err(|e| match e {
+            HostFailure::Refused(s) | HostFailure::Failed(s) => s,
+            HostFailure::Cancelled => "the request was cancelled (it timed out or its client went away)".into(),
+        })
+    }
+
+    fn rank(&self, questions: &[&str], mode: SearchMode, alpha: f32, k: u32, docs: &[DocumentRecord]) -> HostResult<Vec<Vec<Candidate>>> {
         self.live()?;
         let s = &self.services;
-        let ranker = Ranker { store: &s.store, lexical: &s.lexical, encoder: Some(&s.encoder), maxsim: &s.maxsim, vectors: Some(&s.vectors), alpha: 0.5 };
-        let hits = ranker.rank(questions, docs, mode, k as usize).map_err(|e| e.to_string())?;
+        let ranker = Ranker { store: &s.store, lexical: &s.lexical, encoder: Some(&s.encoder), maxsim: &s.maxsim, vectors: Some(&s.vectors), alpha };
+        let hits = ranker.rank(questions, docs, mode, k as usize).map_err(|e| HostFailure::Failed(e.to_string()))?;
         Ok(hits
             .into_iter()
             .map(|list| {
@@ -119,12 +144,29 @@ impl RequestHost {
 
     /// A stored page in scope.
     pub fn page_record(&self, page: &PageRef) -> Result<crate::store::PageRecord, String> {
+        self.page_in_scope(page).map_err(|e| match e {
+            HostFailure::Refused(s) | HostFailure::Failed(s) => s,
+            HostFailure::Cancelled => "the request was cancelled".into(),
+        })
+    }
+
+    fn page_in_scope(&self, page: &PageRef) -> HostResult<crate::store::PageRecord> {
         self.live()?;
-        let doc = self.document(&page.document)?;
-        if page.page == 0 || page.page > doc.page_count {
-            return Err(format!("document {} has no page {} (it has {})", doc.id, page.page, doc.page_count));
+        capabilities::page_in(&self.services, self.document(&page.document)?, page.page)
+    }
+
+    /// The enrich set this request reads, or a refusal saying there is none.
+    fn artifact_set(&self) -> HostResult<&str> {
+        match self.artifacts.get() {
+            Some(Some(set)) => Ok(set),
+            _ => Err(HostFailure::Refused("this profile has no enrich stage, so there are no artifacts to read".into())),
         }
-        self.services.store.page(doc, page.page).map_err(|e| e.to_string())
+    }
+
+    fn artifact_query(&self) -> HostResult<ArtifactQuery<'_>> {
+        self.live()?;
+        let s = &self.services;
+        Ok(ArtifactQuery { store: &s.store, encoder: &s.encoder, maxsim: &s.maxsim, set: self.artifact_set()? })
     }
 }
 
@@ -136,118 +178,101 @@ fn mode_of(mode: types::SearchMode) -> SearchMode {
     }
 }
 
-/// Whether a block reads as a heading: bold, or set larger than the page's usual text.
-fn block_kind(block: &crate::store::Block, body_size: f32) -> &'static str {
-    if block.bold || block.font_size > body_size * 1.15 { "heading" } else { "text" }
-}
-
 impl StageHost for RequestHost {
-    fn generate(&self, request: types::GenerateRequest) -> Result<types::Generation, String> {
+    fn generate(&self, request: types::GenerateRequest) -> HostResult<types::Generation> {
         self.live()?;
-        let mut messages = Vec::new();
-        if !request.system.is_empty() {
-            messages.push(Message::text("system", request.system));
-        }
-        let mut user = Message::text("user", request.prompt);
-        if self.services.generator_images {
-            for page in &request.images {
-                let doc = self.document(&page.document)?;
-                if let Some(png) = self.services.store.page_image(doc, page.page).map_err(|e| e.to_string())? {
-                    user.images.push(ImagePart { png });
-                }
-            }
-        }
-        messages.push(user);
-        let req = GenerateRequest {
-            messages,
-            max_tokens: request.max_tokens.clamp(1, self.services.limits.max_tokens_per_call) as usize,
-            sampling: SamplingParams { temperature: request.temperature.max(0.0), top_p: 0.95, seed: self.random() },
-            stop: request.stop,
-        };
-        let out = self.services.generator.generate(&req, Some(&self.prompts), &mut |_| {}).map_err(|e| e.to_string())?;
-        self.llm_calls.fetch_add(1, Ordering::Relaxed);
-        self.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
-        self.completion_tokens.fetch_add(out.completion_tokens as u64, Ordering::Relaxed);
-        Ok(types::Generation {
-            text: out.text,
-            prompt_tokens: out.prompt_tokens as u32,
-            completion_tokens: out.completion_tokens as u32,
-            finished: out.finish == crate::generate::FinishReason::Stop,
-        })
+        let seed = self.random();
+        capabilities::generate(&self.services, &self.usage, Some(&self.prompts), request, seed, &|id| Ok(self.document(id)?.clone()))
     }
 
-    fn score_choices(&self, system: String, prompt: String, choices: Vec<String>) -> Result<Vec<f32>, String> {
+    fn score_choices(&self, system: String, prompt: String, choices: Vec<String>) -> HostResult<Vec<f32>> {
         self.live()?;
-        let prompt_tokens = self.services.generator.count_tokens(&system) + self.services.generator.count_tokens(&prompt);
-        let mut messages = Vec::new();
-        if !system.is_empty() {
-            messages.push(Message::text("system", system));
-        }
-        messages.push(Message::text("user", prompt));
-        let scores = self.services.generator.score_choices(&messages, &choices, Some(&self.prompts)).map_err(|e| e.to_string())?;
-        self.llm_calls.fetch_add(1, Ordering::Relaxed);
-        // Each choice is read once after the prompt: count the prompt and every choice.
-        let choice_tokens: usize = choices.iter().map(|c| self.services.generator.count_tokens(c)).sum();
-        self.prompt_tokens.fetch_add((prompt_tokens + choice_tokens) as u64, Ordering::Relaxed);
-        Ok(scores.into_iter().map(|s| s.logprob).collect())
-    }
-
-    fn search(&self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> Result<Vec<Candidate>, String> {
-        let docs: Vec<DocumentRecord> =
-            if documents.is_empty() { self.docs.clone() } else { documents.iter().map(|d| self.document(d).cloned()).collect::<Result<_, _>>()? };
-        Ok(self.retrieve(&[query.as_str()], mode_of(mode), k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
-    }
-
-    fn page(&self, page: PageRef) -> Result<types::PageContent, String> {
-        let record = self.page_record(&page)?;
-        let mut sizes: Vec<f32> = record.blocks.iter().map(|b| b.font_size).collect();
-        sizes.sort_by(f32::total_cmp);
-        let body = sizes.get(sizes.len() / 2).copied().unwrap_or(10.0);
-        Ok(types::PageContent {
-            width: record.width,
-            height: record.height,
-            text: record.text(),
-            blocks: record
-                .blocks
-                .iter()
-                .map(|b| types::Block {
-                    kind: block_kind(b, body).into(),
-                    text: b.text(),
-                    bbox: (b.bbox.x0, b.bbox.y0, b.bbox.x1, b.bbox.y1),
-                    font_size: b.font_size,
-                    bold: b.bold,
-                })
-                .collect(),
-            page,
-        })
-    }
-
-    fn page_count(&self, document: String) -> Result<u32, String> {
-        Ok(self.document(&document)?.page_count)
-    }
-
-    fn outline(&self, document: String) -> Result<Vec<types::OutlineEntry>, String> {
-        let doc = self.document(&document)?;
-        let entries = crate::ingest::document_outline(&self.services.store, doc).map_err(|e| e.to_string())?;
-        let mut out: Vec<types::OutlineEntry> = Vec::with_capacity(entries.len());
-        let mut open: Vec<(u32, u32)> = Vec::new(); // (level, index) of enclosing entries
-        for (i, e) in entries.iter().enumerate() {
-            while open.last().is_some_and(|(level, _)| *level >= e.level) {
-                open.pop();
-            }
-            out.push(types::OutlineEntry { title: e.title.clone(), level: e.level + 1, page: e.page.unwrap_or(0), parent: open.last().map(|(_, idx)| *idx) });
-            open.push((e.level, i as u32));
-        }
-        Ok(out)
-    }
-
-    fn similarity(&self, a: String, b: String) -> Result<f32, String> {
-        let v = self.services.encoder.embed(&[a.as_str(), b.as_str()]).map_err(|e| e.to_string())?;
-        Ok(v[0].iter().zip(&v[1]).map(|(x, y)| x * y).sum())
+        capabilities::score_choices(&self.services, &self.usage, Some(&self.prompts), system, prompt, choices)
     }
 
     fn count_tokens(&self, text: String) -> u32 {
         self.services.generator.count_tokens(&text) as u32
+    }
+
+    fn takes_images(&self) -> bool {
+        self.services.generator_images
+    }
+
+    fn has_thinking(&self) -> bool {
+        false
+    }
+
+    fn document(&self, id: String) -> HostResult<types::DocumentInfo> {
+        Ok(capabilities::document_info(RequestHost::document(self, &id)?))
+    }
+
+    fn page(&self, page: PageRef) -> HostResult<types::PageContent> {
+        let record = self.page_in_scope(&page)?;
+        Ok(capabilities::page_content(&record, page))
+    }
+
+    fn outline(&self, document: String) -> HostResult<Vec<types::OutlineEntry>> {
+        self.live()?;
+        capabilities::outline(&self.services, RequestHost::document(self, &document)?)
+    }
+
+    fn regions(&self, page: PageRef) -> HostResult<Vec<types::Region>> {
+        self.page_in_scope(&page)?;
+        Ok(Vec::new())
+    }
+
+    fn search(&self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> HostResult<Vec<Candidate>> {
+        let docs = self.scope(&documents)?;
+        Ok(self.rank(&[query.as_str()], mode_of(mode), 0.5, k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
+    }
+
+    fn search_weighted(&self, query: String, alpha: f32, k: u32, documents: Vec<String>) -> HostResult<Vec<Candidate>> {
+        if !(0.0..=1.0).contains(&alpha) {
+            return Err(HostFailure::Refused(format!("alpha must lie in [0, 1], not {alpha}")));
+        }
+        let docs = self.scope(&documents)?;
+        Ok(self.rank(&[query.as_str()], SearchMode::Hybrid, alpha, k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
+    }
+
+    fn similarities(&self, query: String, texts: Vec<String>) -> HostResult<Vec<f32>> {
+        self.live()?;
+        capabilities::similarities(&self.services, &query, &texts)
+    }
+
+    fn artifact(&self, document: String, key: String) -> HostResult<Option<types::StoredArtifact>> {
+        let doc = RequestHost::document(self, &document)?;
+        self.artifact_query()?.get(doc, &key)
+    }
+
+    fn artifacts_of_kind(&self, document: String, kind: String) -> HostResult<Vec<types::StoredArtifact>> {
+        let doc = RequestHost::document(self, &document)?;
+        self.artifact_query()?.of_kind(doc, &kind)
+    }
+
+    fn search_artifacts(
+        &self,
+        query: String,
+        kind: String,
+        mode: types::SearchMode,
+        alpha: f32,
+        k: u32,
+        documents: Vec<String>,
+    ) -> HostResult<Vec<types::ArtifactHit>> {
+        if !(0.0..=1.0).contains(&alpha) {
+            return Err(HostFailure::Refused(format!("alpha must lie in [0, 1], not {alpha}")));
+        }
+        let docs = self.scope(&documents)?;
+        let q = self.artifact_query()?;
+        let (hits, unbuilt) = q.search(&query, &kind, mode_of(mode), alpha, k.clamp(1, self.services.limits.max_pages_per_search) as usize, &docs)?;
+        if !unbuilt.is_empty() {
+            self.log(types::LogLevel::Warn, format!("artifacts not built yet (run `evident index`) for: {}", unbuilt.join(", ")));
+        }
+        Ok(hits)
+    }
+
+    fn artifact_neighbours(&self, document: String, key: String, k: u32) -> HostResult<Vec<types::ArtifactHit>> {
+        let doc = RequestHost::document(self, &document)?;
+        self.artifact_query()?.neighbours(doc, &key, k.clamp(1, self.services.limits.max_pages_per_search) as usize)
     }
 
     fn random(&self) -> u64 {
@@ -255,16 +280,6 @@ impl StageHost for RequestHost {
     }
 
     fn log(&self, level: types::LogLevel, message: String) {
-        let message: String = message.chars().take(2000).collect();
-        match level {
-            types::LogLevel::Debug => tracing::debug!(target: "evident::stage", "{message}"),
-            types::LogLevel::Info => tracing::info!(target: "evident::stage", "{message}"),
-            types::LogLevel::Warn => tracing::warn!(target: "evident::stage", "{message}"),
-        }
-        // A stage that logs without end must not grow the host's memory without end.
-        let mut log = crate::error::lock(&self.log);
-        if log.len() < self.services.limits.log_lines {
-            log.push(message);
-        }
+        capabilities::log(level, message, &self.log, self.services.limits.log_lines);
     }
 }

@@ -1,15 +1,19 @@
-//! The stage plugin host: WebAssembly components implementing the worlds of `wit/`, run by
-//! wasmtime in a sandbox per call.
+//! The stage plugin host: WebAssembly components implementing the worlds of `wit/` (every
+//! contract version side by side), run by wasmtime in a sandbox per call.
 
 pub mod bindings;
+mod convert;
+mod host;
+mod imports;
 mod runtime;
 
 pub use bindings::types;
-pub use runtime::{StageHost, StageLimits, StageRuntime};
+pub use host::{HostFailure, HostResult, StageHost};
+pub use runtime::{StageComponent, StageLimits, StageRuntime};
 
 use thiserror::Error;
 
-/// The four kinds of stage, one WIT world each.
+/// The kinds of stage, one WIT world each: four run for a question, enrich at ingest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum StageKind {
@@ -17,6 +21,51 @@ pub enum StageKind {
     Verify,
     Rerank,
     Memory,
+    Enrich,
+}
+
+impl StageKind {
+    /// Every kind, in the order a component's world is looked for.
+    pub const ALL: [StageKind; 5] = [StageKind::Decompose, StageKind::Verify, StageKind::Rerank, StageKind::Memory, StageKind::Enrich];
+}
+
+/// The version of the contract (`wit/since_v*`) a component was built against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ApiVersion {
+    #[serde(rename = "0.1.0")]
+    V0_1,
+    #[serde(rename = "0.2.0")]
+    V0_2,
+}
+
+impl ApiVersion {
+    /// As written in the WIT package name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiVersion::V0_1 => "0.1.0",
+            ApiVersion::V0_2 => "0.2.0",
+        }
+    }
+
+    /// The version written `text`, when this host serves it.
+    pub fn parse(text: &str) -> Option<ApiVersion> {
+        match text {
+            "0.1.0" => Some(ApiVersion::V0_1),
+            "0.2.0" => Some(ApiVersion::V0_2),
+            _ => None,
+        }
+    }
+
+    /// The versions this host serves, for messages.
+    pub fn served() -> &'static str {
+        "0.1.0 and 0.2.0"
+    }
+}
+
+impl std::fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl StageKind {
@@ -27,6 +76,7 @@ impl StageKind {
             StageKind::Verify => "verify-stage",
             StageKind::Rerank => "rerank-stage",
             StageKind::Memory => "memory-stage",
+            StageKind::Enrich => "enrich-stage",
         }
     }
 
@@ -37,6 +87,7 @@ impl StageKind {
             StageKind::Verify => "verify",
             StageKind::Rerank => "rerank",
             StageKind::Memory => "answer",
+            StageKind::Enrich => "enrich-page",
         }
     }
 }
@@ -48,6 +99,7 @@ impl std::fmt::Display for StageKind {
             StageKind::Verify => "verify",
             StageKind::Rerank => "rerank",
             StageKind::Memory => "memory",
+            StageKind::Enrich => "enrich",
         })
     }
 }
@@ -71,6 +123,10 @@ pub enum PluginError {
     Stage(String),
     #[error("the stage returned something invalid: {0}")]
     BadOutput(String),
+    #[error("the stage was stopped because the request was cancelled (it timed out or its client went away)")]
+    Cancelled,
+    #[error("the stage was stopped because the host failed while serving it: {0}")]
+    Host(String),
     #[error("the plugin runtime failed: {0}")]
     Runtime(String),
 }
@@ -82,12 +138,13 @@ impl crate::error::Classified for PluginError {
         use crate::error::ErrorKind;
         match self {
             PluginError::Invalid(_) | PluginError::WrongWorld { .. } => ErrorKind::Invalid,
-            PluginError::Timeout(_) => ErrorKind::Timeout,
+            PluginError::Timeout(_) | PluginError::Cancelled => ErrorKind::Timeout,
             PluginError::OutOfFuel(_)
             | PluginError::Memory(_)
             | PluginError::Trap(_)
             | PluginError::Stage(_)
             | PluginError::BadOutput(_)
+            | PluginError::Host(_)
             | PluginError::Runtime(_) => ErrorKind::Internal,
         }
     }

@@ -5,35 +5,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::Digest;
+
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{self, HostFunctions, HostImports, types};
-use super::{PluginError, StageKind};
+use super::bindings::{v0_1, v0_2};
+use super::convert::Lift;
+use super::host::{HostStop, StageHost};
+use super::{ApiVersion, PluginError, StageKind, types};
 
 pub use crate::config::StageLimits;
-
-/// What the host offers a stage during one request; the pipeline implements it.
-pub trait StageHost: Send + Sync {
-    fn generate(&self, request: types::GenerateRequest) -> Result<types::Generation, String>;
-    fn score_choices(&self, system: String, prompt: String, choices: Vec<String>) -> Result<Vec<f32>, String>;
-    fn search(&self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> Result<Vec<types::Candidate>, String>;
-    fn page(&self, page: types::PageRef) -> Result<types::PageContent, String>;
-    fn page_count(&self, document: String) -> Result<u32, String>;
-    fn outline(&self, document: String) -> Result<Vec<types::OutlineEntry>, String>;
-    fn similarity(&self, a: String, b: String) -> Result<f32, String>;
-    fn count_tokens(&self, text: String) -> u32;
-    fn random(&self) -> u64;
-    fn log(&self, level: types::LogLevel, message: String);
-}
 
 /// The state of one sandboxed call.
 pub struct StageState {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
-    host: Arc<dyn StageHost>,
+    pub(super) host: Arc<dyn StageHost>,
 }
 
 impl WasiView for StageState {
@@ -42,39 +32,15 @@ impl WasiView for StageState {
     }
 }
 
-impl types::Host for StageState {}
-
-impl HostFunctions for StageState {
-    fn generate(&mut self, request: types::GenerateRequest) -> Result<types::Generation, String> {
-        self.host.generate(request)
-    }
-    fn score_choices(&mut self, system: String, prompt: String, choices: Vec<String>) -> Result<Vec<f32>, String> {
-        self.host.score_choices(system, prompt, choices)
-    }
-    fn search(&mut self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> Result<Vec<types::Candidate>, String> {
-        self.host.search(query, mode, k, documents)
-    }
-    fn page(&mut self, page: types::PageRef) -> Result<types::PageContent, String> {
-        self.host.page(page)
-    }
-    fn page_count(&mut self, document: String) -> Result<u32, String> {
-        self.host.page_count(document)
-    }
-    fn outline(&mut self, document: String) -> Result<Vec<types::OutlineEntry>, String> {
-        self.host.outline(document)
-    }
-    fn similarity(&mut self, a: String, b: String) -> Result<f32, String> {
-        self.host.similarity(a, b)
-    }
-    fn count_tokens(&mut self, text: String) -> u32 {
-        self.host.count_tokens(text)
-    }
-    fn random(&mut self) -> u64 {
-        self.host.random()
-    }
-    fn log(&mut self, level: types::LogLevel, message: String) {
-        self.host.log(level, message)
-    }
+/// A compiled component, checked against one stage kind's world in the contract version it
+/// was built for.
+#[derive(Debug)]
+pub struct StageComponent {
+    pub component: Component,
+    pub kind: StageKind,
+    pub api: ApiVersion,
+    /// sha256 of the component's bytes, hex: what enrich sets are keyed by.
+    pub sha256: String,
 }
 
 /// Epochs advance this often; the deadline is counted in them.
@@ -96,7 +62,8 @@ impl StageRuntime {
         let engine = Engine::new(&config).map_err(|e| PluginError::Runtime(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| PluginError::Runtime(e.to_string()))?;
-        HostImports::add_to_linker::<StageState, HasSelf<StageState>>(&mut linker, |s| s).map_err(|e| PluginError::Runtime(e.to_string()))?;
+        v0_1::HostImports::add_to_linker::<StageState, HasSelf<StageState>>(&mut linker, |s| s).map_err(|e| PluginError::Runtime(e.to_string()))?;
+        v0_2::HostImports::add_to_linker::<StageState, HasSelf<StageState>>(&mut linker, |s| s).map_err(|e| PluginError::Runtime(e.to_string()))?;
         let ticker = engine.weak();
         std::thread::Builder::new()
             .name("stage-epochs".into())
@@ -116,24 +83,55 @@ impl StageRuntime {
         self.limits
     }
 
-    /// Compiles a component (Cranelift), checking that it implements `kind`'s world.
-    pub fn compile(&self, wasm: &[u8], kind: StageKind) -> Result<Component, PluginError> {
+    /// Compiles a component (Cranelift), checking that it implements `kind`'s world in the
+    /// contract version it imports.
+    pub fn compile(&self, wasm: &[u8], kind: StageKind) -> Result<StageComponent, PluginError> {
         let component = Component::new(&self.engine, wasm).map_err(|e| PluginError::Invalid(crate::error::one_line(&format!("{e:#}"))))?;
-        self.check_world(&component, kind)?;
-        Ok(component)
+        let api = self.api_of(&component, kind)?;
+        self.check_world(&component, kind, api)?;
+        let sha256 = sha2::Sha256::digest(wasm).iter().map(|b| format!("{b:02x}")).collect();
+        Ok(StageComponent { component, kind, api, sha256 })
+    }
+
+    /// The contract version whose interfaces the component imports. One that imports none of
+    /// them (a stage that asks nothing of the host) is taken as the newest that has its kind.
+    fn api_of(&self, component: &Component, kind: StageKind) -> Result<ApiVersion, PluginError> {
+        let ty = component.component_type();
+        let mut found: Option<ApiVersion> = None;
+        for (name, _) in ty.imports(&self.engine) {
+            let Some(version) = name.strip_prefix("evident:pipeline/").and_then(|n| n.split_once('@')).map(|(_, v)| v) else { continue };
+            let api = ApiVersion::parse(version).ok_or_else(|| PluginError::WrongWorld {
+                kind,
+                detail: format!("it imports {name}, of a contract version this host does not serve (it serves {})", ApiVersion::served()),
+            })?;
+            if found.is_some_and(|f| f != api) {
+                return Err(PluginError::WrongWorld { kind, detail: "it imports interfaces of two contract versions at once".into() });
+            }
+            found = Some(api);
+        }
+        Ok(found.unwrap_or(ApiVersion::V0_2))
     }
 
     /// Refuses a component that lacks the world's export or imports what the host lacks,
     /// naming what is missing.
-    fn check_world(&self, component: &Component, kind: StageKind) -> Result<(), PluginError> {
-        let pre = self.linker.instantiate_pre(component).map_err(|e| PluginError::WrongWorld { kind, detail: format!("{e:#}") })?;
-        let checked = match kind {
-            StageKind::Decompose => bindings::decompose::DecomposeStagePre::new(pre).map(drop),
-            StageKind::Verify => bindings::verify::VerifyStagePre::new(pre).map(drop),
-            StageKind::Rerank => bindings::rerank::RerankStagePre::new(pre).map(drop),
-            StageKind::Memory => bindings::memory::MemoryStagePre::new(pre).map(drop),
+    fn check_world(&self, component: &Component, kind: StageKind, api: ApiVersion) -> Result<(), PluginError> {
+        let wrong = |e: wasmtime::Error| PluginError::WrongWorld { kind, detail: format!("{e:#}") };
+        let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
+        let checked = match (api, kind) {
+            (ApiVersion::V0_1, StageKind::Decompose) => v0_1::decompose::DecomposeStagePre::new(pre).map(drop),
+            (ApiVersion::V0_1, StageKind::Verify) => v0_1::verify::VerifyStagePre::new(pre).map(drop),
+            (ApiVersion::V0_1, StageKind::Rerank) => v0_1::rerank::RerankStagePre::new(pre).map(drop),
+            (ApiVersion::V0_1, StageKind::Memory) => v0_1::memory::MemoryStagePre::new(pre).map(drop),
+            (ApiVersion::V0_1, StageKind::Enrich) => {
+                return Err(PluginError::WrongWorld { kind, detail: "the enrich stage exists from contract 0.2.0 on, and this component imports 0.1.0".into() });
+            }
+            (ApiVersion::V0_2, StageKind::Decompose) => v0_2::decompose::DecomposeStagePre::new(pre).map(drop),
+            (ApiVersion::V0_2, StageKind::Verify) => v0_2::verify::VerifyStagePre::new(pre).map(drop),
+            (ApiVersion::V0_2, StageKind::Rerank) => v0_2::rerank::RerankStagePre::new(pre).map(drop),
+            (ApiVersion::V0_2, StageKind::Memory) => v0_2::memory::MemoryStagePre::new(pre).map(drop),
+            (ApiVersion::V0_2, StageKind::Enrich) => v0_2::enrich::EnrichStagePre::new(pre).map(drop),
         };
-        checked.map_err(|e| PluginError::WrongWorld { kind, detail: format!("{e:#}") })
+        checked.map_err(wrong)
     }
 
     fn store(&self, host: Arc<dyn StageHost>) -> Result<Store<StageState>, PluginError> {
@@ -157,6 +155,11 @@ impl StageRuntime {
     /// Turns a wasmtime failure into a sentence: fuel, deadline, memory, or the trap itself.
     fn failure(&self, error: wasmtime::Error) -> PluginError {
         let root = error.root_cause().to_string();
+        match error.downcast_ref::<HostStop>() {
+            Some(HostStop::Cancelled) => return PluginError::Cancelled,
+            Some(HostStop::Failed(reason)) => return PluginError::Host(reason.clone()),
+            None => {}
+        }
         match error.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => PluginError::OutOfFuel(self.limits.fuel),
             Some(Trap::Interrupt) => PluginError::Timeout(self.limits.timeout_s),
@@ -169,31 +172,43 @@ impl StageRuntime {
     }
 
     /// Runs a decompose stage.
-    pub fn decompose(&self, component: &Component, host: Arc<dyn StageHost>, ctx: &types::StageContext) -> Result<types::Plan, PluginError> {
+    pub fn decompose(&self, stage: &StageComponent, host: Arc<dyn StageHost>, ctx: &types::StageContext) -> Result<types::Plan, PluginError> {
         let mut store = self.store(host)?;
-        let stage = bindings::decompose::DecomposeStage::instantiate(&mut store, component, &self.linker).map_err(|e| self.failure(e))?;
-        stage.call_decompose(&mut store, ctx).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        let out = match stage.api {
+            ApiVersion::V0_1 => {
+                let s = v0_1::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                s.call_decompose(&mut store, &ctx.clone().lift()).map(|r| r.map(Lift::lift))
+            }
+            ApiVersion::V0_2 => v0_2::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_decompose(&mut store, ctx),
+        };
+        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }
 
     /// Runs a verify stage.
     pub fn verify(
         &self,
-        component: &Component,
+        stage: &StageComponent,
         host: Arc<dyn StageHost>,
         ctx: &types::StageContext,
         question: &str,
         candidates: &[types::Candidate],
     ) -> Result<Vec<types::Verdict>, PluginError> {
         let mut store = self.store(host)?;
-        let stage = bindings::verify::VerifyStage::instantiate(&mut store, component, &self.linker).map_err(|e| self.failure(e))?;
-        stage.call_verify(&mut store, ctx, question, candidates).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        let out = match stage.api {
+            ApiVersion::V0_1 => {
+                let s = v0_1::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                s.call_verify(&mut store, &ctx.clone().lift(), question, &candidates.to_vec().lift()).map(|r| r.map(Lift::lift))
+            }
+            ApiVersion::V0_2 => v0_2::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_verify(&mut store, ctx, question, candidates),
+        };
+        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }
 
     /// Runs a rerank stage.
     #[allow(clippy::too_many_arguments)]
     pub fn rerank(
         &self,
-        component: &Component,
+        stage: &StageComponent,
         host: Arc<dyn StageHost>,
         ctx: &types::StageContext,
         question: &str,
@@ -202,21 +217,68 @@ impl StageRuntime {
         verdicts: &[types::Verdict],
     ) -> Result<Vec<types::Candidate>, PluginError> {
         let mut store = self.store(host)?;
-        let stage = bindings::rerank::RerankStage::instantiate(&mut store, component, &self.linker).map_err(|e| self.failure(e))?;
-        stage.call_rerank(&mut store, ctx, question, is_root, candidates, verdicts).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        let out = match stage.api {
+            ApiVersion::V0_1 => {
+                let s = v0_1::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                s.call_rerank(&mut store, &ctx.clone().lift(), question, is_root, &candidates.to_vec().lift(), &verdicts.to_vec().lift()).map(|r| r.map(Lift::lift))
+            }
+            ApiVersion::V0_2 => {
+                v0_2::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_rerank(&mut store, ctx, question, is_root, candidates, verdicts)
+            }
+        };
+        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }
 
     /// Runs a memory (answer) stage.
     pub fn answer(
         &self,
-        component: &Component,
+        stage: &StageComponent,
         host: Arc<dyn StageHost>,
         ctx: &types::StageContext,
         plan: &types::Plan,
         evidence: &[types::QuestionEvidence],
     ) -> Result<types::Answer, PluginError> {
         let mut store = self.store(host)?;
-        let stage = bindings::memory::MemoryStage::instantiate(&mut store, component, &self.linker).map_err(|e| self.failure(e))?;
-        stage.call_answer(&mut store, ctx, plan, evidence).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        let out = match stage.api {
+            ApiVersion::V0_1 => {
+                let s = v0_1::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                s.call_answer(&mut store, &ctx.clone().lift(), &plan.clone().lift(), &evidence.to_vec().lift()).map(|r| r.map(Lift::lift))
+            }
+            ApiVersion::V0_2 => v0_2::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_answer(&mut store, ctx, plan, evidence),
+        };
+        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+    }
+
+    /// Runs an enrich stage over one page.
+    pub fn enrich_page(
+        &self,
+        stage: &StageComponent,
+        host: Arc<dyn StageHost>,
+        ctx: &types::EnrichContext,
+        page: &types::PageContent,
+    ) -> Result<Vec<types::Artifact>, PluginError> {
+        let mut store = self.store(host)?;
+        let s = self.enrich_instance(&mut store, stage)?;
+        s.call_enrich_page(&mut store, ctx, page).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+    }
+
+    /// Runs an enrich stage over the whole document, given what its pages made.
+    pub fn enrich_document(
+        &self,
+        stage: &StageComponent,
+        host: Arc<dyn StageHost>,
+        ctx: &types::EnrichContext,
+        made: &[types::Artifact],
+    ) -> Result<Vec<types::Artifact>, PluginError> {
+        let mut store = self.store(host)?;
+        let s = self.enrich_instance(&mut store, stage)?;
+        s.call_enrich_document(&mut store, ctx, made).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+    }
+
+    fn enrich_instance(&self, store: &mut Store<StageState>, stage: &StageComponent) -> Result<v0_2::enrich::EnrichStage, PluginError> {
+        if stage.kind != StageKind::Enrich {
+            return Err(PluginError::WrongWorld { kind: StageKind::Enrich, detail: format!("it was checked as a {} stage", stage.kind) });
+        }
+        v0_2::enrich::EnrichStage::instantiate(store, &stage.component, &self.linker).map_err(|e| self.failure(e))
     }
 }

@@ -1,9 +1,11 @@
 //! Retrieval: per-token page vectors scored by MaxSim, BM25 over page text, and their fusion.
 
+mod artifacts;
 mod lexical;
 mod snippet;
 mod vector_cache;
 
+pub use artifacts::{ArtifactQuery, artifact_record, bm25, stored_artifact};
 pub use lexical::{LexicalError, LexicalIndex};
 pub use snippet::{best_block, best_snippet, matching_word_boxes, trim_snippet};
 pub use vector_cache::{DocumentVectors, PageVectorCache};

@@ -2,8 +2,9 @@
 //! few reader threads read the accepted ones (each document in its own worker), so a document
 //! that makes PDFium hang holds up neither the next upload's check nor the other readers. One
 //! thread encodes read documents for retrieval, and at start brings every stored document's
-//! indexes up to date (a run killed while indexing leaves some behind). Each job's progress is
-//! visible at `GET /v1/jobs/{id}`.
+//! indexes up to date (a run killed while indexing leaves some behind), then runs the profiles'
+//! enrich stages over each indexed document (resuming those a killed run left unfinished).
+//! Each job's progress is visible at `GET /v1/jobs/{id}`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,7 +21,9 @@ use super::error::ApiError;
 use super::metrics::JobLabels;
 use crate::error::Classified;
 use crate::ingest::{IngestError, IngestOptions, IngestOutcome, IngestProgress, PdfWorker, ingest_file};
+use crate::enrich::{enrich_all, enrich_stages, needs_enrich};
 use crate::pipeline::Services;
+use crate::registry::PluginRegistry;
 use crate::retrieval::{index_document_with, needs_index};
 use crate::store::DocumentRecord;
 
@@ -36,6 +39,7 @@ const PART: &str = ".part";
 pub enum JobState {
     Reading,
     Indexing,
+    Enriching,
     Done,
     Failed,
 }
@@ -49,15 +53,20 @@ pub struct JobView {
     pub pages: u32,
     pub pages_read: u32,
     pub pages_indexed: u32,
+    /// Pages the profiles' enrich stages have read (over every stage).
+    pub pages_enriched: u32,
     /// The document's id (known from the upload's bytes).
     pub document: String,
     pub error: Option<String>,
+    /// What the user should know of a job that succeeded: an enrich stage that failed on it.
+    pub notices: Vec<String>,
 }
 
 struct Job {
     view: Mutex<JobView>,
     progress: IngestProgress,
     pages_indexed: AtomicU32,
+    pages_enriched: AtomicU32,
 }
 
 impl Job {
@@ -72,6 +81,9 @@ impl Job {
         }
         if v.state == JobState::Indexing {
             v.pages_indexed = self.pages_indexed.load(Ordering::Relaxed);
+        }
+        if v.state == JobState::Enriching {
+            v.pages_enriched = self.pages_enriched.load(Ordering::Relaxed);
         }
         v
     }
@@ -104,6 +116,7 @@ struct IndexJob {
 /// What the checking, reading and indexing threads share.
 struct Shared {
     services: Arc<Services>,
+    registry: Arc<PluginRegistry>,
     worker: PdfWorker,
     uploads_dir: PathBuf,
     options: IngestOptions,
@@ -122,8 +135,10 @@ pub struct IngestJobs {
 impl IngestJobs {
     /// Starts `parallel_reads` reader threads and the index thread; fails when the PDF worker
     /// cannot read a tiny PDF (PDFium missing, say).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         services: Arc<Services>,
+        registry: Arc<PluginRegistry>,
         worker: PdfWorker,
         uploads_dir: PathBuf,
         options: IngestOptions,
@@ -135,6 +150,7 @@ impl IngestJobs {
         let (index_tx, index_rx) = mpsc::channel::<IndexJob>();
         let shared = Arc::new(Shared {
             services,
+            registry,
             worker,
             uploads_dir,
             options,
@@ -170,7 +186,7 @@ impl IngestJobs {
                 }
             })
             .map_err(|e| format!("cannot start the index thread: {e}"))?;
-        queue_stale(&shared.services, &index_tx);
+        queue_stale(&shared, &index_tx);
         shared.resume_uploads();
         Ok(IngestJobs { shared })
     }
@@ -190,8 +206,11 @@ impl IngestJobs {
     }
 }
 
-/// Queues every stored document whose indexes are missing or out of date.
-fn queue_stale(services: &Services, index: &mpsc::Sender<IndexJob>) {
+/// Queues every stored document whose indexes are missing or out of date, or whose enrich
+/// stages have work left.
+fn queue_stale(shared: &Shared, index: &mpsc::Sender<IndexJob>) {
+    let services = &shared.services;
+    let (stages, _) = enrich_stages(&shared.registry);
     let docs = match services.store.documents() {
         Ok(docs) => docs,
         Err(e) => {
@@ -203,6 +222,10 @@ fn queue_stale(services: &Services, index: &mpsc::Sender<IndexJob>) {
         match needs_index(&services.store, &doc) {
             Ok(true) => {
                 info!(doc = %doc.id, "indexing a document an earlier run left unindexed");
+                let _ = index.send(IndexJob { job: None, doc });
+            }
+            Ok(false) if matches!(needs_enrich(&services.store, &doc, &stages), Ok(true)) => {
+                info!(doc = %doc.id, "enriching a document an earlier run left unfinished");
                 let _ = index.send(IndexJob { job: None, doc });
             }
             Ok(false) => {}
@@ -249,11 +272,14 @@ impl Shared {
                 pages: page_count,
                 pages_read: 0,
                 pages_indexed: 0,
+                pages_enriched: 0,
                 document: crate::store::document_id(hash),
                 error: None,
+                notices: Vec::new(),
             }),
             progress: IngestProgress::hidden(),
             pages_indexed: AtomicU32::new(0),
+            pages_enriched: AtomicU32::new(0),
         });
         {
             let mut all = crate::error::lock(&self.jobs);
@@ -332,6 +358,7 @@ impl Shared {
             }
         };
         let result = index_document_with(&s.store, &s.lexical, &s.encoder, &doc, &on_encoded);
+        let notices = if result.is_ok() { self.enrich(job.as_deref(), &doc) } else { Vec::new() };
         let Some(job) = job else {
             if let Err(e) = result {
                 warn!(doc = %doc.id, "the document could not be indexed: {e}");
@@ -343,6 +370,7 @@ impl Shared {
                 job.update(|v| {
                     v.state = JobState::Done;
                     v.pages_indexed = doc.page_count;
+                    v.notices = notices;
                 });
                 self.metrics.jobs.get_or_create(&JobLabels { outcome: "done".into() }).inc();
             }
@@ -353,6 +381,40 @@ impl Shared {
                     v.error = Some(format!("the document was stored but could not be indexed: {e}"));
                 });
                 self.metrics.jobs.get_or_create(&JobLabels { outcome: "failed".into() }).inc();
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Runs the profiles' enrich stages over an indexed document; a sentence for each stage
+    /// that failed (the document stays stored and searchable).
+    fn enrich(&self, job: Option<&Job>, doc: &DocumentRecord) -> Vec<String> {
+        let (stages, problems) = enrich_stages(&self.registry);
+        for problem in problems {
+            warn!("{problem}");
+        }
+        if stages.is_empty() {
+            return Vec::new();
+        }
+        if let Some(job) = job {
+            job.update(|v| v.state = JobState::Enriching);
+        }
+        let on_page = |_: &crate::enrich::EnrichStage, _: u32, _: u32| {
+            if let Some(job) = job {
+                job.pages_enriched.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        match enrich_all(&self.services, self.registry.runtime(), &stages, doc, &on_page) {
+            Ok(reports) => reports
+                .into_iter()
+                .filter_map(|r| r.failure)
+                .inspect(|f| warn!(doc = %doc.id, "{f}"))
+                .map(|f| format!("{f}; the document is stored and searchable"))
+                .collect(),
+            Err(e) => {
+                warn!(doc = %doc.id, "enrich could not run: {e}");
+                vec![format!("the document is stored and searchable, but its enrich stages could not run: {e}")]
             }
         }
     }

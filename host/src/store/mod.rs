@@ -1,13 +1,15 @@
 //! The redb store: documents, pages with blocks, page images and outlines; retrieval's
-//! vectors; the plugin registry.
+//! vectors; what enrich stages made; the plugin registry.
 //!
 //! Everything about one document is written in one write transaction, so a document is either
 //! wholly in the store or not at all, even if the process is killed half-way.
 
+mod artifacts;
 mod check;
 mod model;
 mod plugins;
 
+pub use artifacts::{ArtifactRecord, EnrichSet, enrich_set_id};
 pub use check::{DocumentCheck, StoreCheck};
 pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
 pub use plugins::PluginRecord;
@@ -129,6 +131,8 @@ impl Store {
             txn.open_table(plugins::PLUGINS)?;
             txn.open_table(plugins::PLUGIN_WASM)?;
             txn.open_table(plugins::STAGE_BINDINGS)?;
+            txn.open_table(artifacts::ENRICH_SETS)?;
+            txn.open_table(artifacts::ARTIFACTS)?;
         }
         txn.commit()?;
         Ok(())
@@ -303,6 +307,7 @@ impl Store {
             for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS] {
                 txn.open_table(table)?.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
             }
+            artifacts::sweep_document(&txn, id)?;
         }
         txn.commit()?;
         Ok(())

@@ -18,13 +18,36 @@ pub(super) const STAGE_BINDINGS: TableDefinition<(&str, &str), &str> = TableDefi
 pub struct PluginRecord {
     pub name: String,
     pub version: String,
-    /// The stage kind it implements ("decompose", "verify", "rerank", "memory").
+    /// The stage kind it implements ("decompose", "verify", "rerank", "memory", "enrich").
     pub kind: String,
     /// sha256 of the component, hex.
     pub sha256: String,
     pub size: u64,
     /// Seconds since the Unix epoch.
     pub installed_at: u64,
+    /// The contract version it was built against ("0.1.0", "0.2.0").
+    pub api: String,
+}
+
+/// A plugin record as stores written before contract 0.2.0 kept it: every such plugin was
+/// built against 0.1.0.
+#[derive(Deserialize)]
+struct PluginRecordBefore02 {
+    name: String,
+    version: String,
+    kind: String,
+    sha256: String,
+    size: u64,
+    installed_at: u64,
+}
+
+/// Reads a plugin record of either layout.
+fn decode(bytes: &[u8]) -> Result<PluginRecord, StoreError> {
+    if let Ok(record) = postcard::from_bytes::<PluginRecord>(bytes) {
+        return Ok(record);
+    }
+    let old: PluginRecordBefore02 = postcard::from_bytes(bytes)?;
+    Ok(PluginRecord { name: old.name, version: old.version, kind: old.kind, sha256: old.sha256, size: old.size, installed_at: old.installed_at, api: "0.1.0".into() })
 }
 
 impl Store {
@@ -45,7 +68,7 @@ impl Store {
         let table = txn.open_table(PLUGINS)?;
         let mut out = Vec::new();
         for row in table.iter()? {
-            out.push(postcard::from_bytes(row?.1.value())?);
+            out.push(decode(row?.1.value())?);
         }
         Ok(out)
     }
@@ -54,7 +77,7 @@ impl Store {
     pub fn plugin(&self, name: &str) -> Result<Option<(PluginRecord, Vec<u8>)>, StoreError> {
         let txn = self.db.begin_read()?;
         let Some(raw) = txn.open_table(PLUGINS)?.get(name)? else { return Ok(None) };
-        let record: PluginRecord = postcard::from_bytes(raw.value())?;
+        let record = decode(raw.value())?;
         let wasm = txn.open_table(PLUGIN_WASM)?.get(record.sha256.as_str())?.map(|v| v.value().to_vec());
         Ok(wasm.map(|w| (record, w)))
     }

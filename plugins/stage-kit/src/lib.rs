@@ -2,8 +2,39 @@
 //! types (stage crates reuse them through wit-bindgen's `with`), a [`HostApi`] trait so that
 //! stage logic runs natively in unit tests against a fake host, profile parameters, and the
 //! prompt pieces the methods have in common.
+//!
+//! The crate root binds contract 0.1.0 (the plugins written for it build unchanged); [`v2`]
+//! binds 0.2.0's capability interfaces for stages written against it.
 
-wit_bindgen::generate!({ world: "host-imports", path: "../../wit", pub_export_macro: true, additional_derives: [PartialEq] });
+wit_bindgen::generate!({ world: "host-imports", path: "../../wit/since_v0.1.0", pub_export_macro: true, additional_derives: [PartialEq] });
+
+/// Contract 0.2.0: `types` and the capability interfaces (`pages`, `retrieval`, `generation`,
+/// `artifacts`, `runtime`) for a stage crate's `with`.
+pub mod v2 {
+    wit_bindgen::generate!({ world: "host-imports", path: "../../wit/since_v0.2.0", additional_derives: [PartialEq] });
+
+    pub use evident::pipeline::{artifacts, generation, pages, retrieval, runtime, types};
+
+    /// A parameter from the profile, parsed, or `default` when the profile does not set it.
+    pub fn param<T: std::str::FromStr>(params: &[types::Param], key: &str, default: T) -> Result<T, String> {
+        match params.iter().find(|p| p.key == key) {
+            None => Ok(default),
+            Some(p) => p.value.trim().parse().map_err(|_| format!("parameter {key} = {:?} is not valid", p.value)),
+        }
+    }
+
+    /// An artifact anchored on blocks of one page, with no fields or links.
+    pub fn page_artifact(key: String, kind: &str, page: u32, blocks: Vec<u32>, text: String) -> types::Artifact {
+        types::Artifact {
+            key,
+            kind: kind.to_string(),
+            anchor: types::Anchor { page: Some(page), bbox: None, blocks },
+            text,
+            fields: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+}
 
 pub use evident::pipeline::{host, types};
 use types::{Candidate, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Param, SearchMode, StageContext};

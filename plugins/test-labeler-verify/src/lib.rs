@@ -3,7 +3,7 @@
 
 wit_bindgen::generate!({
     world: "verify-stage",
-    path: "../../wit",
+    path: "../../wit/since_v0.1.0",
     with: { "evident:pipeline/types@0.1.0": stage_kit::types, "evident:pipeline/host@0.1.0": stage_kit::host },
 });
 
