@@ -21,7 +21,8 @@ mod layering {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::Path;
 
-    const MODULES: &[&str] = &["config", "enrich", "error", "eval", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
+    const MODULES: &[&str] =
+        &["config", "enrich", "error", "eval", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
 
     /// The top-level modules a source text names through `crate::` (grouped imports included).
     fn named(text: &str) -> BTreeSet<String> {

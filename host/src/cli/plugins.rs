@@ -56,9 +56,9 @@ pub fn run(ctx: &Context, cmd: PluginsCommand) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&plugins)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("{:<24} {:<10} {:<10} {:>9}  sha256", "plugin", "version", "stage", "KiB");
+            println!("{:<24} {:<10} {:<10} {:<8} {:>9}  sha256", "plugin", "version", "stage", "contract", "KiB");
             for p in &plugins {
-                println!("{:<24} {:<10} {:<10} {:>9.0}  {}", p.name, p.version, p.kind, p.size as f64 / 1024.0, &p.sha256[..16]);
+                println!("{:<24} {:<10} {:<10} {:<8} {:>9.0}  {}", p.name, p.version, p.kind, p.api, p.size as f64 / 1024.0, &p.sha256[..16]);
             }
             let profiles = evident::pipeline::Profile::names(&ctx.config.plugins.profiles_dir);
             println!("\nprofiles: {} (default {})", profiles.join(", "), ctx.config.plugins.default_profile);
@@ -67,7 +67,7 @@ pub fn run(ctx: &Context, cmd: PluginsCommand) -> Result<ExitCode> {
             let wasm = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let name = name.unwrap_or_else(|| file.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").to_string());
             let record = registry.install(&wasm, &name, &version, kind)?;
-            println!("installed {} {} as a {} stage ({})", record.name, record.version, record.kind, &record.sha256[..16]);
+            println!("installed {} {} as a {} stage of contract {} ({})", record.name, record.version, record.kind, record.api, &record.sha256[..16]);
         }
         PluginsCommand::Swap { stage, plugin, profile } => {
             let profile = profile.unwrap_or_else(|| ctx.config.plugins.default_profile.clone());

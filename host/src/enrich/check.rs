@@ -16,17 +16,16 @@ pub const MAX_CALL_BYTES: usize = 16 << 20;
 const MAX_NAME_BYTES: usize = 256;
 
 fn bytes_of(a: &Artifact) -> usize {
-    a.key.len() + a.kind.len() + a.text.len() + a.fields.iter().map(|f| f.key.len() + f.value.len()).sum::<usize>() + a.links.iter().map(String::len).sum::<usize>()
+    a.key.len()
+        + a.kind.len()
+        + a.text.len()
+        + a.fields.iter().map(|f| f.key.len() + f.value.len()).sum::<usize>()
+        + a.links.iter().map(String::len).sum::<usize>()
 }
 
 /// Checks one call's artifacts, adding their keys to `keys`; `page` reads a page of the
 /// document (to check blocks and boxes), `pages` is the document's page count.
-pub fn check_call(
-    made: &[Artifact],
-    keys: &mut HashSet<String>,
-    pages: u32,
-    page: &mut dyn FnMut(u32) -> Result<PageRecord, String>,
-) -> Result<(), String> {
+pub fn check_call(made: &[Artifact], keys: &mut HashSet<String>, pages: u32, page: &mut dyn FnMut(u32) -> Result<PageRecord, String>) -> Result<(), String> {
     if made.len() > MAX_ARTIFACTS_PER_CALL {
         return Err(format!("it returned {} artifacts from one call, and a call may return at most {MAX_ARTIFACTS_PER_CALL}", made.len()));
     }

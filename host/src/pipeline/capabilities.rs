@@ -81,7 +81,14 @@ pub fn generate(
 }
 
 /// Log-probabilities of each choice after the prompt.
-pub fn score_choices(services: &Services, usage: &Usage, prompts: Option<&PromptCache>, system: String, prompt: String, choices: Vec<String>) -> HostResult<Vec<f32>> {
+pub fn score_choices(
+    services: &Services,
+    usage: &Usage,
+    prompts: Option<&PromptCache>,
+    system: String,
+    prompt: String,
+    choices: Vec<String>,
+) -> HostResult<Vec<f32>> {
     let generator = &services.generator;
     let prompt_tokens = generator.count_tokens(&system) + generator.count_tokens(&prompt);
     let mut messages = Vec::new();
@@ -118,9 +125,8 @@ fn crop_png(services: &Services, doc: &DocumentRecord, crop: &types::Crop) -> Ho
     let (right, bottom) = (px(x1, image.width()).max(left + 1), px(y1, image.height()).max(top + 1));
     let mut cut = image.crop_imm(left, top, right - left, bottom - top);
     let wanted = (crop.dpi.max(1) as f32 / 72.0).min(scale);
-    let longest = ((x1 - x0).max(y1 - y0) * wanted).round() as u32;
-    let target = longest.clamp(1, CROP_MAX_PX);
-    if target < cut.width().max(cut.height()) {
+    let target = (((x1 - x0).max(y1 - y0) * wanted).round() as u32).clamp(1, CROP_MAX_PX);
+    if wanted < scale || target < cut.width().max(cut.height()) {
         cut = cut.resize(target, target, image::imageops::FilterType::Triangle);
     }
     let mut out = Vec::new();

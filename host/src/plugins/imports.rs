@@ -66,15 +66,7 @@ impl v0_2::artifacts::Host for StageState {
     fn of_kind(&mut self, document: String, kind: String) -> Guest<Vec<types::StoredArtifact>> {
         to_guest(self.host.artifacts_of_kind(document, kind))
     }
-    fn search(
-        &mut self,
-        query: String,
-        kind: String,
-        mode: types::SearchMode,
-        alpha: f32,
-        k: u32,
-        documents: Vec<String>,
-    ) -> Guest<Vec<types::ArtifactHit>> {
+    fn search(&mut self, query: String, kind: String, mode: types::SearchMode, alpha: f32, k: u32, documents: Vec<String>) -> Guest<Vec<types::ArtifactHit>> {
         to_guest(self.host.search_artifacts(query, kind, mode, alpha, k, documents))
     }
     fn neighbours(&mut self, document: String, key: String, k: u32) -> Guest<Vec<types::ArtifactHit>> {

@@ -123,7 +123,10 @@ impl StageRuntime {
             (ApiVersion::V0_1, StageKind::Rerank) => v0_1::rerank::RerankStagePre::new(pre).map(drop),
             (ApiVersion::V0_1, StageKind::Memory) => v0_1::memory::MemoryStagePre::new(pre).map(drop),
             (ApiVersion::V0_1, StageKind::Enrich) => {
-                return Err(PluginError::WrongWorld { kind, detail: "the enrich stage exists from contract 0.2.0 on, and this component imports 0.1.0".into() });
+                return Err(PluginError::WrongWorld {
+                    kind,
+                    detail: "the enrich stage exists from contract 0.2.0 on, and this component imports 0.1.0".into(),
+                });
             }
             (ApiVersion::V0_2, StageKind::Decompose) => v0_2::decompose::DecomposeStagePre::new(pre).map(drop),
             (ApiVersion::V0_2, StageKind::Verify) => v0_2::verify::VerifyStagePre::new(pre).map(drop),
@@ -179,7 +182,9 @@ impl StageRuntime {
                 let s = v0_1::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
                 s.call_decompose(&mut store, &ctx.clone().lift()).map(|r| r.map(Lift::lift))
             }
-            ApiVersion::V0_2 => v0_2::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_decompose(&mut store, ctx),
+            ApiVersion::V0_2 => v0_2::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker)
+                .map_err(|e| self.failure(e))?
+                .call_decompose(&mut store, ctx),
         };
         out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }
@@ -199,7 +204,9 @@ impl StageRuntime {
                 let s = v0_1::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
                 s.call_verify(&mut store, &ctx.clone().lift(), question, &candidates.to_vec().lift()).map(|r| r.map(Lift::lift))
             }
-            ApiVersion::V0_2 => v0_2::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_verify(&mut store, ctx, question, candidates),
+            ApiVersion::V0_2 => v0_2::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker)
+                .map_err(|e| self.failure(e))?
+                .call_verify(&mut store, ctx, question, candidates),
         };
         out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }
@@ -220,11 +227,12 @@ impl StageRuntime {
         let out = match stage.api {
             ApiVersion::V0_1 => {
                 let s = v0_1::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
-                s.call_rerank(&mut store, &ctx.clone().lift(), question, is_root, &candidates.to_vec().lift(), &verdicts.to_vec().lift()).map(|r| r.map(Lift::lift))
+                s.call_rerank(&mut store, &ctx.clone().lift(), question, is_root, &candidates.to_vec().lift(), &verdicts.to_vec().lift())
+                    .map(|r| r.map(Lift::lift))
             }
-            ApiVersion::V0_2 => {
-                v0_2::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_rerank(&mut store, ctx, question, is_root, candidates, verdicts)
-            }
+            ApiVersion::V0_2 => v0_2::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker)
+                .map_err(|e| self.failure(e))?
+                .call_rerank(&mut store, ctx, question, is_root, candidates, verdicts),
         };
         out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }
@@ -244,7 +252,9 @@ impl StageRuntime {
                 let s = v0_1::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
                 s.call_answer(&mut store, &ctx.clone().lift(), &plan.clone().lift(), &evidence.to_vec().lift()).map(|r| r.map(Lift::lift))
             }
-            ApiVersion::V0_2 => v0_2::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?.call_answer(&mut store, ctx, plan, evidence),
+            ApiVersion::V0_2 => v0_2::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker)
+                .map_err(|e| self.failure(e))?
+                .call_answer(&mut store, ctx, plan, evidence),
         };
         out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
     }

@@ -90,7 +90,7 @@ impl ArtifactQuery<'_> {
     }
 
     /// The `k` best artifacts of `kind` for `query` across `docs`, and the documents skipped
-    /// because their set is not built.
+    /// because their set is not built (refused when that is every one of them).
     pub fn search(
         &self,
         query: &str,
@@ -107,6 +107,12 @@ impl ArtifactQuery<'_> {
                 Some(list) => pool.extend(list.into_iter().filter(|a| kind.is_empty() || a.kind == kind).map(|a| (doc.id.as_str(), a))),
                 None => unbuilt.push(doc.id.clone()),
             }
+        }
+        if pool.is_empty() && !unbuilt.is_empty() && unbuilt.len() == docs.len() {
+            return Err(HostFailure::Refused(format!(
+                "the artifacts of {} are not built for this profile's enrich stage yet; `evident index` builds them",
+                if unbuilt.len() == 1 { format!("document {}", unbuilt[0]) } else { format!("the {} documents in scope", unbuilt.len()) }
+            )));
         }
         if pool.is_empty() {
             return Ok((Vec::new(), unbuilt));
@@ -164,8 +170,7 @@ impl ArtifactQuery<'_> {
         };
         let mine: Vec<f32> = me.embedding.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
         let others: Vec<&ArtifactRecord> = all.iter().filter(|a| a.key != key && a.kind == me.kind && a.embedding.len() == mine.len()).collect();
-        let scores: Vec<f32> =
-            others.iter().map(|a| a.embedding.iter().zip(&mine).map(|(&b, m)| half::f16::from_bits(b).to_f32() * m).sum()).collect();
+        let scores: Vec<f32> = others.iter().map(|a| a.embedding.iter().zip(&mine).map(|(&b, m)| half::f16::from_bits(b).to_f32() * m).sum()).collect();
         Ok(top_k(&scores, k)
             .into_iter()
             .enumerate()
@@ -186,8 +191,11 @@ fn terms(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
 
 /// BM25 of `query` against each text, the texts being the whole collection.
 pub fn bm25(query: &str, texts: &[&str]) -> Vec<f32> {
-    let mut analyzer =
-        TextAnalyzer::builder(SimpleTokenizer::default()).filter(RemoveLongFilter::limit(40)).filter(LowerCaser).filter(Stemmer::new(Language::English)).build();
+    let mut analyzer = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(Stemmer::new(Language::English))
+        .build();
     let docs: Vec<Vec<String>> = texts.iter().map(|t| terms(&mut analyzer, t)).collect();
     let n = docs.len() as f32;
     let average = (docs.iter().map(Vec::len).sum::<usize>() as f32 / n.max(1.0)).max(1.0);

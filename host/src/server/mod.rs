@@ -66,8 +66,16 @@ impl AppState {
         let options = IngestOptions { password: None, image_max_px: config.ingest.render_images.then_some(config.ingest.page_image_max_px) };
         let limits = ReadLimits::from_config(&config.ingest);
         let worker = PdfWorker::current_exe(config.pdfium_library.clone(), limits).map_err(|e| ServeError::Setup(format!("PDF reading does not work: {e}")))?;
-        let jobs = IngestJobs::start(services.clone(), registry.clone(), worker, uploads_dir(&config.data_dir), options, metrics.clone(), config.ingest.parallel_reads)
-            .map_err(ServeError::Setup)?;
+        let jobs = IngestJobs::start(
+            services.clone(),
+            registry.clone(),
+            worker,
+            uploads_dir(&config.data_dir),
+            options,
+            metrics.clone(),
+            config.ingest.parallel_reads,
+        )
+        .map_err(ServeError::Setup)?;
         Ok(AppState { store: services.store.clone(), config, services, registry, tokens, gate, jobs: Arc::new(jobs), metrics })
     }
 }

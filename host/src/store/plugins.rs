@@ -47,7 +47,15 @@ fn decode(bytes: &[u8]) -> Result<PluginRecord, StoreError> {
         return Ok(record);
     }
     let old: PluginRecordBefore02 = postcard::from_bytes(bytes)?;
-    Ok(PluginRecord { name: old.name, version: old.version, kind: old.kind, sha256: old.sha256, size: old.size, installed_at: old.installed_at, api: "0.1.0".into() })
+    Ok(PluginRecord {
+        name: old.name,
+        version: old.version,
+        kind: old.kind,
+        sha256: old.sha256,
+        size: old.size,
+        installed_at: old.installed_at,
+        api: "0.1.0".into(),
+    })
 }
 
 impl Store {

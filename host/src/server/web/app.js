@@ -119,7 +119,13 @@ async function followJob(job, progress) {
     const pages = Math.max(job.pages, 1);
     if (job.state === "reading") progress.set(0.2 + 0.3 * job.pages_read / pages, `reading page ${job.pages_read} of ${job.pages}`);
     if (job.state === "indexing") progress.set(0.5 + 0.5 * job.pages_indexed / pages, `indexing page ${job.pages_indexed} of ${job.pages}`);
-    if (job.state === "done") { progress.set(1, `ready (${job.pages} pages)`); progress.box.dataset.state = "done"; return; }
+    if (job.state === "enriching") progress.set(0.95, `enriching: ${job.pages_enriched} page calls made`);
+    if (job.state === "done") {
+      const notes = (job.notices || []).join(" ");
+      progress.set(1, `ready (${job.pages} pages)` + (notes ? " — " + notes : ""));
+      progress.box.dataset.state = "done";
+      return;
+    }
     if (job.state === "failed") { progress.set(0, "failed: " + job.error); progress.box.dataset.state = "failed"; return; }
     await new Promise((r) => setTimeout(r, 700));
     job = (await (await api("/v1/jobs/" + encodeURIComponent(job.id))).json()).job;

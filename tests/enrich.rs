@@ -1,0 +1,339 @@
+//! Contract 0.2.0 end to end, through the built binary and real components
+//! (plugins/test-enrich, plugins/test-artifact-memory): an enrich stage runs at ingest over a
+//! benchmark PDF and its artifacts answer a question; a change of its parameters marks its set
+//! stale and `index` redoes it; `kill -9` during enrich leaves no half set and `index` resumes;
+//! hostile enrich stages each fail with one sentence while the document still lands; a crop a
+//! stage sends reaches an OpenAI-compatible server as the image of that region; 0.1.0 stages
+//! answer beside 0.2.0 ones.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PAPER: &str = "mmlongbench-doc/2303.05039v2.pdf";
+const FILING: &str = "financebench/PEPSICO_2023_8K_dated-2023-05-05.pdf";
+
+/// A store, a profiles folder and a configuration naming the test components.
+struct Setup {
+    app: common::Appliance,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(limits: &str) -> Setup {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let plugins = common::repo_root().join(".evident/test-plugins");
+        let config = format!(
+            "[plugins]\ndir = {:?}\nprofiles_dir = {:?}\n[plugins.limits]\n{limits}\n",
+            plugins.to_str().expect("path"),
+            dir.path().to_str().expect("path")
+        );
+        std::fs::write(dir.path().join("appliance.toml"), config).expect("config");
+        Setup { app: common::Appliance::new(), dir }
+    }
+
+    fn config(&self) -> String {
+        self.dir.path().join("appliance.toml").to_str().expect("path").to_string()
+    }
+
+    /// Writes profile `name`: test-enrich with `enrich` parameters, and `memory` as its answer stage.
+    fn profile(&self, name: &str, enrich: &str, memory: &str) {
+        let enrich = if enrich.is_empty() { String::new() } else { format!("[stages.enrich]\nplugin = \"test-enrich\"\nparams = {{ {enrich} }}\n") };
+        let text = format!("description = \"{name}\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n{enrich}[stages.memory]\n{memory}\n");
+        std::fs::write(self.dir.path().join(format!("{name}.toml")), text).expect("profile");
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let config = self.config();
+        self.app.run(&[&["--config", config.as_str()], args].concat())
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let config = self.config();
+        self.app.ok(&[&["--config", config.as_str()], args].concat())
+    }
+
+    /// The document's enrich sets with every artifact.
+    fn sets(&self, doc: &str) -> Vec<Value> {
+        let v: Value = serde_json::from_str(&self.ok(&["artifacts", doc, "--k", "1000000", "--json"])).expect("JSON");
+        v["sets"].as_array().expect("sets").clone()
+    }
+
+    fn only_document(&self) -> String {
+        let docs = self.app.docs();
+        assert_eq!(docs.len(), 1, "{docs:?}");
+        docs[0]["id"].as_str().expect("id").to_string()
+    }
+}
+
+const ARTIFACT_MEMORY: &str = "plugin = \"test-artifact-memory\"\nparams = { mode = \"bm25\" }";
+
+fn of_kind<'a>(set: &'a Value, kind: &str) -> Vec<&'a Value> {
+    set["shown"].as_array().expect("shown").iter().filter(|a| a["kind"] == kind).collect()
+}
+
+fn words(text: &str) -> usize {
+    text.split_whitespace().count()
+}
+
+#[test]
+fn enrich_runs_at_ingest_its_artifacts_answer_and_a_parameter_change_is_redone_by_index() {
+    let s = Setup::new("timeout_s = 60");
+    s.profile("cards", "words = 12", ARTIFACT_MEMORY);
+    s.profile("labels", "", "plugin = \"test-hostile-memory\"");
+    let out = s.ok(&["ingest", "--no-images", common::bench_pdf(PAPER).to_str().expect("path")]);
+    let doc = s.only_document();
+    let pages = s.app.docs()[0]["page_count"].as_u64().expect("pages");
+    assert!(out.contains(&format!("enriched {doc}  test-enrich: ")) && out.contains(&format!("from {pages} pages")), "{out}");
+
+    // One complete set: a page card per page, a heading per heading block (anchored on it),
+    // and the document card linking to every heading.
+    let sets = s.sets(&doc);
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    let set = &sets[0];
+    assert_eq!((set["state"].as_str(), set["pages_done"].as_u64()), (Some("complete"), Some(pages)));
+    let cards = of_kind(set, "page-card");
+    let mut card_pages: Vec<u64> = cards.iter().map(|a| a["page"].as_u64().expect("page")).collect();
+    card_pages.sort();
+    assert_eq!(card_pages, (1..=pages).collect::<Vec<_>>());
+    assert!(cards.iter().all(|a| (1..=12).contains(&words(a["text"].as_str().expect("text")))), "{cards:?}");
+    let headings = of_kind(set, "heading");
+    assert!(headings.len() >= 3, "the paper has headings: {headings:?}");
+    for h in &headings {
+        let page = s.app.page(&doc, h["page"].as_u64().expect("page") as u32);
+        let block = &common::blocks(&page)[h["blocks"][0].as_u64().expect("block") as usize];
+        let normalised = common::block_text(block).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(h["text"].as_str(), Some(normalised.as_str()), "a heading artifact is its block's text");
+        assert!(h["bbox"].is_array());
+    }
+    let doc_cards = of_kind(set, "doc-card");
+    assert_eq!(doc_cards.len(), 1);
+    assert!(doc_cards[0]["page"].is_null());
+    assert_eq!(doc_cards[0]["links"].as_array().expect("links").len(), headings.len());
+    assert_eq!(set["artifacts"].as_u64(), Some(set["shown"].as_array().expect("shown").len() as u64));
+
+    // The artifacts are searchable: a stage of 0.2.0 answers with the heading that matches,
+    // citing its page and block.
+    let target = headings.iter().find(|h| words(h["text"].as_str().unwrap_or_default()) >= 3).expect("a heading of three words or more");
+    let question = target["text"].as_str().expect("text");
+    let v: Value = serde_json::from_str(&s.ok(&["ask", question, "--profile", "cards", "--json"])).expect("JSON");
+    assert_eq!(v["answer"].as_str(), Some(question), "{v}");
+    let evidence = v["evidence"].as_array().expect("evidence");
+    assert_eq!(evidence.len(), 1, "{v}");
+    assert_eq!(evidence[0]["page"], target["page"]);
+    assert_eq!(evidence[0]["boxes"].as_array().expect("boxes").len(), 1);
+    let found: Value = serde_json::from_str(&s.ok(&["artifacts", &doc, "--search", question, "--mode", "bm25", "--kind", "heading", "--json"])).expect("JSON");
+    assert_eq!(found["sets"][0]["shown"][0]["text"].as_str(), Some(question));
+
+    // A stage of 0.1.0 answers beside it, and the registry says which contract each was built for.
+    let labels: Value = serde_json::from_str(&s.ok(&["ask", "What share of seniors go online?", "--profile", "labels", "--json"])).expect("JSON");
+    assert_eq!(labels["evidence"].as_array().expect("evidence").len(), 1, "{labels}");
+    let plugins: Value = serde_json::from_str(&s.ok(&["plugins", "list", "--json"])).expect("JSON");
+    let api = |name: &str| plugins.as_array().expect("list").iter().find(|p| p["name"] == name).map(|p| p["api"].clone());
+    assert_eq!(api("test-enrich"), Some(Value::from("0.2.0")));
+    assert_eq!(api("test-artifact-memory"), Some(Value::from("0.2.0")));
+    assert_eq!(api("test-hostile-memory"), Some(Value::from("0.1.0")));
+
+    // New parameters name another set: the old one is stale, the profile's stage is told to
+    // run `evident index` rather than read it, and `index` builds the new one in its place.
+    s.profile("cards", "words = 5", ARTIFACT_MEMORY);
+    let sets = s.sets(&doc);
+    assert_eq!(sets.iter().map(|x| x["state"].as_str().expect("state")).collect::<Vec<_>>(), ["stale"]);
+    let refused = s.run(&["ask", question, "--profile", "cards"]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("not built for this profile's enrich stage yet") && message.contains("evident index"), "{message}");
+    let out = s.ok(&["index"]);
+    assert!(out.contains(&format!("enriched {doc}  test-enrich: ")), "{out}");
+    let sets = s.sets(&doc);
+    assert_eq!(sets.len(), 1, "the stale set is gone: {sets:?}");
+    assert_eq!(sets[0]["state"].as_str(), Some("complete"));
+    assert!(sets[0]["params"].to_string().contains("\"5\""), "{}", sets[0]["params"]);
+    assert!(of_kind(&sets[0], "page-card").iter().all(|a| words(a["text"].as_str().expect("text")) <= 5));
+    let again: Value = serde_json::from_str(&s.ok(&["ask", question, "--profile", "cards", "--json"])).expect("JSON");
+    assert_eq!(again["answer"].as_str(), Some(question));
+}
+
+/// Spins long enough per page that an ingest of the filing is still enriching seconds later.
+const SLOW_PAGES: &str = "spin = 2000000000";
+
+#[test]
+fn kill_during_enrich_leaves_no_half_set_and_index_resumes_where_it_stopped() {
+    let s = Setup::new("timeout_s = 60\nfuel = 100000000000");
+    s.profile("slow", SLOW_PAGES, ARTIFACT_MEMORY);
+    let config = s.config();
+    let pdf = common::bench_pdf(FILING);
+    let mut child = s
+        .app
+        .command()
+        .args(["--config", config.as_str(), "ingest", "--no-images", pdf.to_str().expect("path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ingest starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    let started = Instant::now();
+    while !line.starts_with("enriching") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).expect("reads") > 0, "ingest ended before enriching");
+        assert!(started.elapsed() < Duration::from_secs(300));
+    }
+    std::thread::sleep(Duration::from_millis(4500));
+    // SIGKILL: no handler runs, nothing is flushed.
+    child.kill().expect("killed");
+    child.wait().expect("reaped");
+
+    let doc = s.only_document();
+    let pages = 5;
+    let sets = s.sets(&doc);
+    assert_eq!(sets.len(), 1);
+    let set = &sets[0];
+    assert_eq!(set["state"].as_str(), Some("unfinished"), "{set}");
+    let done = set["pages_done"].as_u64().expect("pages done");
+    assert!((1..pages).contains(&done), "killed half-way: {done} of {pages} pages stored");
+    // Whole pages only: every artifact kept belongs to a stored page, each stored page has its
+    // card, and there is no document card yet.
+    let shown = set["shown"].as_array().expect("shown");
+    assert_eq!(set["artifacts"].as_u64(), Some(shown.len() as u64));
+    assert!(shown.iter().all(|a| a["page"].as_u64().is_some_and(|p| p <= done)), "{shown:?}");
+    assert_eq!(of_kind(set, "page-card").len() as u64, done);
+    assert!(of_kind(set, "doc-card").is_empty());
+    // An unfinished set is never served.
+    let refused = s.run(&["ask", "What did PepsiCo announce?", "--profile", "slow"]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("not built"), "{refused:?}");
+
+    let out = s.ok(&["index"]);
+    assert!(out.contains(&format!("resumed at page {}", done + 1)), "{out}");
+    let sets = s.sets(&doc);
+    assert_eq!(sets[0]["state"].as_str(), Some("complete"));
+    let mut card_pages: Vec<u64> = of_kind(&sets[0], "page-card").iter().map(|a| a["page"].as_u64().expect("page")).collect();
+    card_pages.sort();
+    assert_eq!(card_pages, (1..=pages).collect::<Vec<_>>(), "each page once, none twice after the resume");
+    assert_eq!(of_kind(&sets[0], "doc-card").len(), 1);
+}
+
+#[test]
+fn hostile_enrich_stages_fail_in_one_sentence_and_the_document_still_lands() {
+    let s = Setup::new("timeout_s = 3\nmemory_mib = 64");
+    let pdf = common::bench_pdf(FILING);
+    s.ok(&["ingest", "--no-images", "--no-enrich", pdf.to_str().expect("path")]);
+    let doc = s.only_document();
+    // (behaviour, the step it fails on, what its sentence says)
+    let cases: [(&str, &str, &[&str]); 7] = [
+        ("loop", "page 1", &["time limit of 3 s", "fuel"]),
+        ("memory", "page 1", &["memory limit of 64 MiB"]),
+        ("trap", "page 1", &["crashed"]),
+        ("huge", "page 1", &["at most 10000"]),
+        ("bad-anchor", "page 1", &["anchored on page 99999, and the document has 5 pages"]),
+        ("duplicate-key", "page 1", &["two artifacts with the key \"same\""]),
+        ("bad-link", "the document step", &["links to \"nobody-made-this\""]),
+    ];
+    for (behaviour, step, expected) in cases {
+        s.profile("hostile", &format!("behaviour = \"{behaviour}\""), ARTIFACT_MEMORY);
+        let out = s.run(&["index"]);
+        assert!(!out.status.success(), "{behaviour}: a failed stage fails the command");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let failed: Vec<&str> = stdout.lines().filter(|l| l.starts_with("failed")).collect();
+        assert_eq!(failed.len(), 1, "{behaviour}: {stdout}");
+        eprintln!("{behaviour}: {}", failed[0]);
+        assert!(failed[0].contains(&format!("enrich stage test-enrich failed on {step} of {doc}: ")), "{behaviour}: {}", failed[0]);
+        assert!(expected.iter().any(|e| failed[0].contains(e)), "{behaviour}: {}", failed[0]);
+        let sets = s.sets(&doc);
+        assert_eq!(sets.len(), 1, "{behaviour}: the earlier behaviour's set was removed as stale");
+        assert_eq!(sets[0]["state"].as_str(), Some("failed"), "{behaviour}");
+        if step == "page 1" {
+            assert_eq!(sets[0]["artifacts"].as_u64(), Some(0), "{behaviour}: nothing of the failed call is kept");
+        }
+        // A failed set is never served.
+        let refused = s.run(&["ask", "What did PepsiCo announce?", "--profile", "hostile"]);
+        assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("not built"), "{behaviour}: {refused:?}");
+        // The document stays stored and searchable.
+        let hits: Value = serde_json::from_str(&s.ok(&["search", "PepsiCo", "--mode", "bm25", "--json"])).expect("JSON");
+        assert!(!hits.as_array().expect("hits").is_empty(), "{behaviour}");
+    }
+}
+
+struct EchoServer {
+    child: std::process::Child,
+    port: u16,
+    images: tempfile::TempDir,
+}
+
+impl EchoServer {
+    fn start() -> EchoServer {
+        let root = common::repo_root();
+        let images = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(root.join(".evident/venv/bin/python"))
+            .arg(root.join("tests/fixtures/openai_test_server.py"))
+            .arg(images.path())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the test server starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("port line");
+        EchoServer { port: line.trim().parse().expect("a port"), child, images }
+    }
+
+    fn image(&self, n: usize) -> image::RgbImage {
+        image::open(self.images.path().join(format!("{n}.png"))).expect("a saved PNG").to_rgb8()
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stored_page_image(data: &Path, doc: &str, page: u32) -> image::RgbImage {
+    let store = evident::store::Store::open(data).expect("store");
+    let record = store.document(doc).expect("reads").expect("stored");
+    let png = store.page_image(&record, page).expect("reads").expect("rendered");
+    image::load_from_memory(&png).expect("PNG").to_rgb8()
+}
+
+#[test]
+fn a_crop_reaches_the_openai_server_as_the_image_of_that_region() {
+    let server = EchoServer::start();
+    let s = Setup::new("timeout_s = 60");
+    let generator = format!(
+        "[generator]\nbackend = \"openai\"\n[generator.openai]\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"echo\"\napi_key = \"test-key\"\nimages = true\n",
+        server.port
+    );
+    let config = std::fs::read_to_string(s.config()).expect("config") + &generator;
+    std::fs::write(s.config(), config).expect("config");
+    s.ok(&["ingest", common::bench_pdf(FILING).to_str().expect("path")]);
+    let doc = s.only_document();
+    let page = s.app.page(&doc, 1);
+    let (width, height) = (page["width"].as_f64().expect("width") as f32, page["height"].as_f64().expect("height") as f32);
+    // The top-left quarter of the first retrieved page, at the stored image's resolution and at 36 dpi.
+    let (x1, y1) = (width / 2.0, height / 2.0);
+    let memory =
+        |dpi: u32| format!("plugin = \"test-artifact-memory\"\nparams = {{ behaviour = \"crop\", x0 = 0, y0 = 0, x1 = {x1}, y1 = {y1}, dpi = {dpi} }}");
+    s.profile("crop", "", &memory(600));
+    let v: Value = serde_json::from_str(&s.ok(&["ask", "What is on this page?", "--profile", "crop", "--json"])).expect("JSON");
+    assert!(v["answer"].as_str().is_some_and(|a| a.ends_with("images: 1 png")), "{v}");
+    let cited = v["evidence"][0]["page"].as_u64().expect("page") as u32;
+    let full = stored_page_image(s.app.data.path(), &doc, cited);
+    let got = server.image(1);
+    let scale = full.width() as f32 / width;
+    let (w, h) = ((x1 * scale).round() as u32, (y1 * scale).round() as u32);
+    assert_eq!((got.width(), got.height()), (w, h), "600 dpi is capped at the stored image's resolution");
+    let want = image::imageops::crop_imm(&full, 0, 0, w, h).to_image();
+    assert!(got == want, "the crop is the region's pixels of the page image");
+    let other = image::imageops::crop_imm(&full, full.width() - w, full.height() - h, w, h).to_image();
+    assert!(got != other, "and not another region's");
+
+    s.profile("crop", "", &memory(36));
+    s.ok(&["ask", "What is on this page?", "--profile", "crop", "--json"]);
+    let small = server.image(2);
+    let expected = ((x1.max(y1)) * 0.5).round() as u32;
+    assert_eq!(small.width().max(small.height()), expected, "36 dpi is half a pixel a point");
+}
