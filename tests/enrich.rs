@@ -111,6 +111,16 @@ fn enrich_runs_at_ingest_its_artifacts_answer_and_a_parameter_change_is_redone_b
         assert_eq!(h["text"].as_str(), Some(normalised.as_str()), "a heading artifact is its block's text");
         assert!(h["bbox"].is_array());
     }
+    // Regions reach the stage through pages.regions: the paper's Figure 1 on page 5.
+    let regions = of_kind(set, "region");
+    let figure = regions.iter().find(|r| r["text"].as_str().is_some_and(|t| t.starts_with("Figure 1:"))).expect("a region captioned Figure 1");
+    assert_eq!(figure["page"].as_u64(), Some(5), "{figure}");
+    let shown: Value = serde_json::from_str(&s.ok(&["show", &doc, "--page", "5", "--json"])).expect("JSON");
+    let stored = shown["regions"].as_array().expect("regions").iter().find(|r| r["caption"] == figure["text"]).expect("the stored region");
+    let b = &stored["bbox"];
+    let want = [b["x0"].as_f64(), b["y0"].as_f64(), b["x1"].as_f64(), b["y1"].as_f64()].map(|v| v.expect("coordinate"));
+    let got: Vec<f64> = figure["bbox"].as_array().expect("bbox").iter().map(|v| v.as_f64().expect("coordinate")).collect();
+    assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() < 0.01), "{got:?} {want:?}");
     let doc_cards = of_kind(set, "doc-card");
     assert_eq!(doc_cards.len(), 1);
     assert!(doc_cards[0]["page"].is_null());

@@ -93,6 +93,43 @@ fn headings_are_marked_by_size_and_weight() {
     assert_eq!(body["bold"].as_bool(), Some(false));
 }
 
+/// The regions a page's figures, pictures and tables cover, with their captions; body text in
+/// two columns is no table.
+#[test]
+fn figures_pictures_and_tables_are_recorded_with_their_captions() {
+    let app = Appliance::new();
+    app.ingest(&[&bench_pdf(PAPER), &bench_pdf("financebench/ULTABEAUTY_2023Q4_EARNINGS.pdf")], &["--no-images", "--no-index"]);
+    let regions = |doc: &str, page: u32| -> Vec<serde_json::Value> {
+        let out = app.ok(&["show", doc, "--page", &page.to_string(), "--json"]);
+        serde_json::from_str::<serde_json::Value>(&out).expect("JSON")["regions"].as_array().expect("regions").clone()
+    };
+    let paper = doc_id(&app, PAPER);
+    let captioned = |doc: &str, page: u32, kind: &str, caption: &str| {
+        let found = regions(doc, page);
+        assert!(found.iter().any(|r| r["kind"] == kind && r["caption"].as_str().is_some_and(|c| c.starts_with(caption))), "page {page}: {found:?}");
+    };
+    captioned(&paper, 5, "image", "Figure 1: The overall structure of our model");
+    captioned(&paper, 4, "table", "Table 1:");
+    captioned(&paper, 8, "table", "Table 5:");
+    // Pages of two-column prose and nothing drawn have no region at all.
+    assert!(regions(&paper, 2).is_empty(), "{:?}", regions(&paper, 2));
+    let filing = doc_id(&app, "financebench/ULTABEAUTY_2023Q4_EARNINGS.pdf");
+    captioned(&filing, 6, "table", "Exhibit 2");
+    // A region's blocks are blocks of its page, inside its box.
+    for (doc, page) in [(&paper, 4), (&filing, 6)] {
+        let p = app.page(doc, page);
+        let page_blocks = blocks(&p);
+        for r in regions(doc, page) {
+            let (x0, y0, x1, y1) = bbox(&r["bbox"]);
+            for b in r["blocks"].as_array().expect("blocks") {
+                let (bx0, by0, bx1, by1) = bbox(&page_blocks[b.as_u64().expect("index") as usize]["bbox"]);
+                let (cx, cy) = ((bx0 + bx1) / 2.0, (by0 + by1) / 2.0);
+                assert!(cx >= x0 && cx <= x1 && cy >= y0 && cy <= y1, "block {b} of page {page} lies outside its region");
+            }
+        }
+    }
+}
+
 /// Every box on every page lies inside its page, and no block is read before a block that
 /// sits above it in the same column.
 #[test]

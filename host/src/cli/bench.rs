@@ -145,8 +145,8 @@ fn bench_ingest(ctx: &Context, args: BenchIngestArgs) -> Result<ExitCode> {
         for (path, bytes) in &docs {
             let pdf = reader.open(bytes, None).with_context(|| path.display().to_string())?;
             for n in 1..=pdf.page_count() {
-                let (page, image) = pdf.read_page(n, image_px).with_context(|| path.display().to_string())?;
-                std::hint::black_box((page, image));
+                let read = pdf.read_page(n, image_px).with_context(|| path.display().to_string())?;
+                std::hint::black_box(read);
                 pages += 1;
             }
         }
@@ -169,7 +169,7 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
     let reader = ctx.pdf_reader()?;
     let bytes = std::fs::read(&args.pdf).with_context(|| format!("cannot read {}", args.pdf.display()))?;
     let pdf = reader.open(&bytes, None)?;
-    let texts: Vec<String> = (1..=pdf.page_count().min(args.pages)).map(|n| pdf.read_page(n, None).map(|(p, _)| p.text())).collect::<Result<_, _>>()?;
+    let texts: Vec<String> = (1..=pdf.page_count().min(args.pages)).map(|n| pdf.read_page(n, None).map(|r| r.page.text())).collect::<Result<_, _>>()?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut rows = Vec::new();
     let dir = ctx.config.models_dir.join("all-minilm-l6-v2");

@@ -94,8 +94,9 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
         let png = store.page_image(&doc, number)?.with_context(|| format!("page images of {} were not rendered at ingest", doc.id))?;
         std::fs::write(out, png).with_context(|| format!("cannot write {}", out.display()))?;
     }
+    let regions = store.regions(&doc, number)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json!({ "document": doc.id, "page": page }))?);
+        println!("{}", serde_json::to_string_pretty(&json!({ "document": doc.id, "page": page, "regions": regions }))?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("{} ({}), page {} of {}: {:.0} x {:.0} pt", doc.title, doc.id, number, doc.page_count, page.width, page.height);
@@ -108,6 +109,10 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
         for line in &b.lines {
             println!("    {}", line.text());
         }
+    }
+    for r in &regions {
+        let caption = if r.caption.is_empty() { String::new() } else { format!(" \"{}\"", r.caption) };
+        println!("\n{} ({:.1}, {:.1}, {:.1}, {:.1}), blocks {:?}{caption}", r.kind.as_str(), r.bbox.x0, r.bbox.y0, r.bbox.x1, r.bbox.y1, r.blocks);
     }
     Ok(ExitCode::SUCCESS)
 }

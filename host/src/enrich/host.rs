@@ -78,8 +78,7 @@ impl StageHost for EnrichHost {
     }
 
     fn regions(&self, page: PageRef) -> HostResult<Vec<types::Region>> {
-        capabilities::page_in(&self.services, self.own(&page.document)?, page.page)?;
-        Ok(Vec::new())
+        capabilities::regions(&self.services, self.own(&page.document)?, page.page)
     }
 
     fn similarities(&self, query: String, texts: Vec<String>) -> HostResult<Vec<f32>> {

@@ -4,13 +4,15 @@ mod headings;
 mod layout;
 mod pdf;
 mod progress;
+mod regions;
 mod wire;
 mod worker;
 
 pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page};
-pub use pdf::{OpenPdf, PdfError, PdfReader};
+pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};
 pub use progress::IngestProgress;
+pub use regions::{Drawn, find_regions};
 pub use worker::{PdfWorker, ReadLimits, WORKER_SUBCOMMAND, WorkerDocument, serve_worker};
 
 use std::path::{Path, PathBuf};
@@ -127,7 +129,11 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         if let Some(e) = lost {
             debug!(path = %path.display(), "page {number} lost: {e}");
             damage.lost_pages.push(number);
-            pages.push((PageRecord { number, width: 0.0, height: 0.0, has_text_layer: false, blocks: Vec::new() }, None));
+            pages.push(PageRead {
+                page: PageRecord { number, width: 0.0, height: 0.0, has_text_layer: false, blocks: Vec::new() },
+                image: None,
+                regions: Vec::new(),
+            });
             first_loss.get_or_insert(e);
         }
         debug!(path = %path.display(), "page {number}/{page_count} read");
@@ -145,14 +151,14 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
     let mut outline = pdf.outline();
     drop(pdf);
     if outline.is_empty() {
-        outline = heading_outline(&pages.iter().map(|(p, _)| p).collect::<Vec<_>>());
+        outline = heading_outline(&pages.iter().map(|p| &p.page).collect::<Vec<_>>());
     }
 
     let mut writer = store.begin_document(&content_hash).map_err(store_err)?;
-    for (page, image) in &pages {
-        writer.put_page(page, image.as_deref()).map_err(store_err)?;
+    for read in &pages {
+        writer.put_page(&read.page, read.image.as_deref(), &read.regions).map_err(store_err)?;
     }
-    let pages_without_text = pages.iter().filter(|(p, _)| !p.has_text_layer).count() as u32 - damage.lost_pages.len() as u32;
+    let pages_without_text = pages.iter().filter(|p| !p.page.has_text_layer).count() as u32 - damage.lost_pages.len() as u32;
     let doc = DocumentRecord {
         id: writer.id().to_string(),
         content_hash,

@@ -7,7 +7,19 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::layout::{Glyph, layout_page};
-use crate::store::{BoundingBox, OutlineEntry, PageRecord};
+use super::regions::{Drawn, MAX_DRAWN, find_regions};
+use crate::store::{BoundingBox, OutlineEntry, PageRecord, RegionRecord};
+
+/// What reading one page gives: its text and layout, its image when asked for, its regions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PageRead {
+    pub page: PageRecord,
+    pub image: Option<Vec<u8>>,
+    pub regions: Vec<RegionRecord>,
+}
+
+/// The most page objects looked at for regions: each one is a call into PDFium.
+const MAX_OBJECTS_SCANNED: usize = 50_000;
 
 /// Why a PDF could not be read.
 #[derive(Debug, Error, Serialize, Deserialize)]
@@ -156,9 +168,9 @@ impl OpenPdf<'_> {
         out
     }
 
-    /// Reads one page (1-based): its blocks in reading order, and its image if `image_max_px`
-    /// is given (the longer side, in pixels), as PNG.
-    pub fn read_page(&self, number: u32, image_max_px: Option<u32>) -> Result<(PageRecord, Option<Vec<u8>>), PdfError> {
+    /// Reads one page (1-based): its blocks in reading order, its regions, and its image if
+    /// `image_max_px` is given (the longer side, in pixels), as PNG.
+    pub fn read_page(&self, number: u32, image_max_px: Option<u32>) -> Result<PageRead, PdfError> {
         let page_err = |e: PdfiumError| PdfError::Page { page: number, reason: pdfium_reason(&e) };
         let index = i32::try_from(number.saturating_sub(1)).map_err(|_| PdfError::Page { page: number, reason: "page index out of range".into() })?;
         let page = self.doc.pages().get(index).map_err(page_err)?;
@@ -168,12 +180,13 @@ impl OpenPdf<'_> {
         let glyphs = read_glyphs(&page, &frame).map_err(page_err)?;
         let has_text_layer = glyphs.iter().any(|g| !g.generated && !g.ch.is_whitespace());
         let blocks = layout_page(&glyphs);
+        let regions = find_regions(&read_drawn(&page, &frame), &blocks, width, height);
         let record = PageRecord { number, width, height, has_text_layer, blocks };
         let image = match image_max_px {
             Some(max_px) => Some(render_png(&page, width, height, max_px).map_err(|reason| PdfError::Render { page: number, reason })?),
             None => None,
         };
-        Ok((record, image))
+        Ok(PageRead { page: record, image, regions })
     }
 }
 
@@ -229,6 +242,25 @@ impl PageFrame {
             y1: b.y1.clamp(0.0, self.height),
         })
     }
+}
+
+/// The boxes of the images, paths and forms drawn on a page, the largest first.
+fn read_drawn(page: &PdfPage<'_>, frame: &PageFrame) -> Vec<(Drawn, BoundingBox)> {
+    let mut out = Vec::new();
+    for object in page.objects().iter().take(MAX_OBJECTS_SCANNED) {
+        let kind = match object.object_type() {
+            PdfPageObjectType::Image => Drawn::Image,
+            PdfPageObjectType::Path => Drawn::Path,
+            PdfPageObjectType::XObjectForm => Drawn::Form,
+            _ => continue,
+        };
+        if let Some(b) = object.bounds().ok().and_then(|q| frame.rect(&q.to_rect())) {
+            out.push((kind, b));
+        }
+    }
+    out.sort_by(|a, b| (b.1.width() * b.1.height()).total_cmp(&(a.1.width() * a.1.height())));
+    out.truncate(MAX_DRAWN);
+    out
 }
 
 fn read_glyphs(page: &PdfPage<'_>, frame: &PageFrame) -> Result<Vec<Glyph>, PdfiumError> {

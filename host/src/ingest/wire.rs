@@ -6,8 +6,8 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::pdf::PdfError;
-use crate::store::{OutlineEntry, PageRecord};
+use super::pdf::{PageRead, PdfError};
+use crate::store::OutlineEntry;
 
 /// From the host: open one document, then read its pages one by one.
 #[derive(Debug, Serialize, Deserialize)]
@@ -20,7 +20,7 @@ pub enum Request {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
     Opened { page_count: u32, title: Option<String>, outline: Vec<OutlineEntry>, truncated: bool },
-    Page { page: PageRecord, image: Option<Vec<u8>> },
+    Page(PageRead),
     Failed(PdfError),
 }
 

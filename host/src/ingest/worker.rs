@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::pdf::{PdfError, PdfReader};
+use super::pdf::{PageRead, PdfError, PdfReader};
 use super::wire::{Reply, Request, read_frame, write_frame};
 use crate::config::IngestConfig;
-use crate::store::{OutlineEntry, PageRecord};
+use crate::store::OutlineEntry;
 
 /// The subcommand of the `evident` binary that runs a worker.
 pub const WORKER_SUBCOMMAND: &str = "pdf-worker";
@@ -202,10 +202,10 @@ impl WorkerDocument {
     }
 
     /// Reads one page (1-based) and, when `image_max_px` is given, its image as PNG.
-    pub fn read_page(&mut self, number: u32, image_max_px: Option<u32>) -> Result<(PageRecord, Option<Vec<u8>>), PdfError> {
+    pub fn read_page(&mut self, number: u32, image_max_px: Option<u32>) -> Result<PageRead, PdfError> {
         let what = format!("to read page {number}");
         match self.call(&Request::Page { number, image_max_px }, self.limits.page, &what)? {
-            Reply::Page { page, image } => Ok((page, image)),
+            Reply::Page(read) => Ok(read),
             other => Err(unexpected(&other)),
         }
     }
@@ -255,7 +255,7 @@ impl Drop for WorkerDocument {
 fn unexpected(reply: &Reply) -> PdfError {
     let kind = match reply {
         Reply::Opened { .. } => "opened",
-        Reply::Page { .. } => "page",
+        Reply::Page(_) => "page",
         Reply::Failed(_) => "failed",
     };
     PdfError::Worker(format!("it answered out of turn ({kind})"))
@@ -295,7 +295,7 @@ pub fn serve_worker(library: &Path) -> std::io::Result<()> {
     while let Some(request) = read_frame::<Request>(&mut input)? {
         let reply = match request {
             Request::Page { number, image_max_px } => match pdf.read_page(number, image_max_px) {
-                Ok((page, image)) => Reply::Page { page, image },
+                Ok(read) => Reply::Page(read),
                 Err(e) => Reply::Failed(e),
             },
             Request::Open { .. } => {

@@ -186,6 +186,16 @@ pub fn outline(services: &Services, doc: &DocumentRecord) -> HostResult<Vec<type
     Ok(out)
 }
 
+/// A page's regions as a stage sees them.
+pub fn regions(services: &Services, doc: &DocumentRecord, number: u32) -> HostResult<Vec<types::Region>> {
+    page_in(services, doc, number)?;
+    let regions = services.store.regions(doc, number).map_err(failed)?;
+    Ok(regions
+        .into_iter()
+        .map(|r| types::Region { kind: r.kind.as_str().into(), bbox: (r.bbox.x0, r.bbox.y0, r.bbox.x1, r.bbox.y1), caption: r.caption, blocks: r.blocks })
+        .collect())
+}
+
 /// What a stage may know of a document without its pages.
 pub fn document_info(doc: &DocumentRecord) -> types::DocumentInfo {
     types::DocumentInfo { id: doc.id.clone(), title: doc.title.clone(), page_count: doc.page_count }

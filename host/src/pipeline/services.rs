@@ -217,8 +217,8 @@ impl StageHost for RequestHost {
     }
 
     fn regions(&self, page: PageRef) -> HostResult<Vec<types::Region>> {
-        self.page_in_scope(&page)?;
-        Ok(Vec::new())
+        self.live()?;
+        capabilities::regions(&self.services, RequestHost::document(self, &page.document)?, page.page)
     }
 
     fn search(&self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> HostResult<Vec<Candidate>> {

@@ -11,7 +11,7 @@ mod plugins;
 
 pub use artifacts::{ArtifactRecord, EnrichSet, enrich_set_id};
 pub use check::{DocumentCheck, StoreCheck};
-pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, Word};
+pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, RegionKind, RegionRecord, Word};
 pub use plugins::PluginRecord;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +22,9 @@ use thiserror::Error;
 const DOCUMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("documents");
 const PAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("pages");
 const PAGE_IMAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_images");
+/// A page's figure, image and table regions (an encoded `Vec<RegionRecord>`); absent for
+/// pages without any, and for documents ingested before regions were recorded.
+const REGIONS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("regions");
 const OUTLINES: TableDefinition<&str, &[u8]> = TableDefinition::new("outlines");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Per-token vectors of a page: f16 little-endian, token after token.
@@ -124,6 +127,7 @@ impl Store {
             txn.open_table(DOCUMENTS)?;
             txn.open_table(PAGES)?;
             txn.open_table(PAGE_IMAGES)?;
+            txn.open_table(REGIONS)?;
             txn.open_table(OUTLINES)?;
             txn.open_table(PAGE_VECTORS)?;
             txn.open_table(INDEX_STATE)?;
@@ -204,6 +208,16 @@ impl Store {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(PAGE_IMAGES)?;
         Ok(table.get((doc.id.as_str(), number))?.map(|v| v.value().to_vec()))
+    }
+
+    /// A page's regions, in reading order (empty for a page without any).
+    pub fn regions(&self, doc: &DocumentRecord, number: u32) -> Result<Vec<RegionRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(REGIONS)?;
+        Ok(match table.get((doc.id.as_str(), number))? {
+            Some(v) => postcard::from_bytes(v.value())?,
+            None => Vec::new(),
+        })
     }
 
     /// The document's outline (empty when the PDF has none).
@@ -304,7 +318,7 @@ impl Store {
             txn.open_table(INDEX_STATE)?.remove(id)?;
             txn.open_table(DAMAGE)?.remove(id)?;
             // Pages may exceed page_count if a record was damaged; sweep the whole key range.
-            for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS] {
+            for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS, REGIONS] {
                 txn.open_table(table)?.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
             }
             artifacts::sweep_document(&txn, id)?;
@@ -320,12 +334,15 @@ impl DocumentWriter {
         &self.id
     }
 
-    /// Adds a page (and its image, if rendered).
-    pub fn put_page(&mut self, page: &PageRecord, png: Option<&[u8]>) -> Result<(), StoreError> {
+    /// Adds a page, its image (if rendered) and its regions.
+    pub fn put_page(&mut self, page: &PageRecord, png: Option<&[u8]>, regions: &[RegionRecord]) -> Result<(), StoreError> {
         let bytes = postcard::to_stdvec(page)?;
         self.txn.open_table(PAGES)?.insert((self.id.as_str(), page.number), bytes.as_slice())?;
         if let Some(png) = png {
             self.txn.open_table(PAGE_IMAGES)?.insert((self.id.as_str(), page.number), png)?;
+        }
+        if !regions.is_empty() {
+            self.txn.open_table(REGIONS)?.insert((self.id.as_str(), page.number), postcard::to_stdvec(regions)?.as_slice())?;
         }
         Ok(())
     }

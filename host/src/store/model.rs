@@ -109,6 +109,40 @@ impl PageRecord {
     }
 }
 
+/// What a region of a page shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegionKind {
+    /// Vector graphics: a chart, a diagram.
+    Figure,
+    /// A picture.
+    Image,
+    /// A grid of text blocks.
+    Table,
+}
+
+impl RegionKind {
+    /// As stages and `show` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionKind::Figure => "figure",
+            RegionKind::Image => "image",
+            RegionKind::Table => "table",
+        }
+    }
+}
+
+/// A figure, picture or table on a page, with its caption and the blocks inside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegionRecord {
+    pub kind: RegionKind,
+    pub bbox: BoundingBox,
+    /// The caption beside it, or empty.
+    pub caption: String,
+    /// Indices of the page's blocks inside it.
+    pub blocks: Vec<u32>,
+}
+
 /// One entry of a document's outline (bookmarks), flattened depth-first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutlineEntry {

@@ -1,7 +1,8 @@
 //! For the tests only: an enrich stage of contract 0.2.0. With `behaviour = "cards"` (the
-//! default) it makes, per page, a `page-card` (the page's first `words` words) and a `heading`
-//! per heading block (anchored on the block), and for the document a `doc-card` (title and
-//! headings) linking to every heading. `spin` busy-waits that many rounds per page, so a test
+//! default) it makes, per page, a `page-card` (the page's first `words` words), a `heading`
+//! per heading block (anchored on the block) and a `region` per figure, image or table region
+//! (its caption, or its kind), and for the document a `doc-card` (title and headings) linking
+//! to every heading. `spin` busy-waits that many rounds per page, so a test
 //! can kill an ingest half-way. The other behaviours misbehave: `loop` never returns, `memory`
 //! allocates without end, `trap` panics, `huge` returns far too much, `bad-anchor` anchors an
 //! artifact on a page that does not exist, `bad-link` links to a key nobody made,
@@ -62,6 +63,13 @@ impl Guest for Cards {
                 a.fields.push(Param { key: "font-size".into(), value: block.font_size.to_string() });
                 out.push(a);
             }
+        }
+        for (i, region) in stage_kit::v2::pages::regions(&page.page)?.into_iter().enumerate() {
+            let text = if region.caption.is_empty() { region.kind.clone() } else { region.caption.clone() };
+            let mut a = page_artifact(format!("p{n}-r{i}"), "region", n, region.blocks, text);
+            a.anchor.bbox = Some(region.bbox);
+            a.fields.push(Param { key: "region-kind".into(), value: region.kind });
+            out.push(a);
         }
         if behaviour == "bad-link" {
             out[0].links.push("nobody-made-this".into());
