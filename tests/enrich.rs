@@ -3,8 +3,8 @@
 //! benchmark PDF and its artifacts answer a question; a change of its parameters marks its set
 //! stale and `index` redoes it; `kill -9` during enrich leaves no half set and `index` resumes;
 //! hostile enrich stages each fail with one sentence while the document still lands; a crop a
-//! stage sends reaches an OpenAI-compatible server as the image of that region; 0.1.0 stages
-//! answer beside 0.2.0 ones.
+//! stage sends reaches an OpenAI-compatible server as the image of that region, and one that
+//! asks for the thinking model gets it; 0.1.0 stages answer beside 0.2.0 ones.
 
 mod common;
 
@@ -139,6 +139,22 @@ fn enrich_runs_at_ingest_its_artifacts_answer_and_a_parameter_change_is_redone_b
     assert_eq!(evidence[0]["boxes"].as_array().expect("boxes").len(), 1);
     let found: Value = serde_json::from_str(&s.ok(&["artifacts", &doc, "--search", question, "--mode", "bm25", "--kind", "heading", "--json"])).expect("JSON");
     assert_eq!(found["sets"][0]["shown"][0]["text"].as_str(), Some(question));
+
+    // Nearest neighbours: of the same kind, never the artifact itself, best first, scored as
+    // the host's similarity of the two texts scores them.
+    s.profile("near", "words = 12", "plugin = \"test-artifact-memory\"\nparams = { behaviour = \"neighbours\", kind = \"heading\" }");
+    let v: Value = serde_json::from_str(&s.ok(&["ask", question, "--profile", "near", "--json"])).expect("JSON");
+    let rows: Vec<Vec<String>> = v["answer"].as_str().expect("answer").lines().map(|l| l.split(' ').map(str::to_string).collect()).collect();
+    assert_eq!(rows.len(), 3, "{v}");
+    let scores: Vec<f32> = rows.iter().map(|r| r[2].parse().expect("score")).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    for r in &rows {
+        assert_eq!(r[1], "heading");
+        assert_ne!(r[0], target["key"].as_str().expect("key"));
+        let (score, similarity): (f32, f32) = (r[2].parse().expect("score"), r[3].parse().expect("similarity"));
+        assert!((score - similarity).abs() < 0.01, "{r:?}");
+    }
+    std::fs::remove_file(s.dir.path().join("near.toml")).expect("removes the profile");
 
     // A stage of 0.1.0 answers beside it, and the registry says which contract each was built for.
     let labels: Value = serde_json::from_str(&s.ok(&["ask", "What share of seniors go online?", "--profile", "labels", "--json"])).expect("JSON");
@@ -310,7 +326,7 @@ fn stored_page_image(data: &Path, doc: &str, page: u32) -> image::RgbImage {
 }
 
 #[test]
-fn a_crop_reaches_the_openai_server_as_the_image_of_that_region() {
+fn a_crop_reaches_the_openai_server_as_the_image_of_that_region_and_thinking_reaches_the_thinking_model() {
     let server = EchoServer::start();
     let s = Setup::new("timeout_s = 60");
     let generator = format!(
@@ -346,4 +362,15 @@ fn a_crop_reaches_the_openai_server_as_the_image_of_that_region() {
     let small = server.image(2);
     let expected = ((x1.max(y1)) * 0.5).round() as u32;
     assert_eq!(small.width().max(small.height()), expected, "36 dpi is half a pixel a point");
+
+    // A stage that asks for the thinking model gets it when one is configured.
+    let config = std::fs::read_to_string(s.config()).expect("config").replace("[generator]\n", "[generator]\nthinking_model = \"openai:echo-thinking\"\n");
+    std::fs::write(s.config(), config).expect("config");
+    let thinking = |on: bool| format!("plugin = \"test-artifact-memory\"\nparams = {{ behaviour = \"crop\", x1 = 100, y1 = 100, thinking = {on} }}");
+    s.profile("think", "", &thinking(true));
+    let v: Value = serde_json::from_str(&s.ok(&["ask", "Think it over", "--profile", "think", "--json"])).expect("JSON");
+    assert!(v["answer"].as_str().is_some_and(|a| a.starts_with("[echo-thinking] You said: Think it over")), "{v}");
+    s.profile("think", "", &thinking(false));
+    let v: Value = serde_json::from_str(&s.ok(&["ask", "Answer plainly", "--profile", "think", "--json"])).expect("JSON");
+    assert!(v["answer"].as_str().is_some_and(|a| a.starts_with("You said: Answer plainly")), "{v}");
 }

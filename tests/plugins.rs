@@ -46,6 +46,7 @@ impl Fixture {
             maxsim: Arc::new(MaxSimBackend::Cpu(evident_kernels::MaxSimCpu::default())),
             vectors: Arc::new(evident::retrieval::PageVectorCache::new(64)),
             generator: Arc::new(EmbeddedGenerator::load(&models.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"), &cpu).expect("generator")),
+            thinking: None,
             generator_images: false,
             prompt_cache_bytes: 256 << 20,
             limits: evident::config::PipelineLimits { max_tokens_per_call: 4096, max_pages_per_search: 1000, log_lines: 1000 },
@@ -113,6 +114,22 @@ fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
     assert!(matches!(err, PluginError::Timeout(2)), "{err}");
     assert!(started.elapsed().as_secs() < 10, "stopped near its deadline");
     assert!(err.to_string().contains("time limit of 2 s"), "{err}");
+
+    // A stage that ignores what the host says is still stopped when its request is cancelled:
+    // the host ends the call at its next host function, long before fuel or time run out.
+    let host = fixture.host();
+    let canceller = {
+        let host = host.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(1000));
+            host.cancel();
+        })
+    };
+    let patient = StageRuntime::new(StageLimits { memory_mib: 64, fuel: u64::MAX / 4, timeout_s: 600 }).expect("runtime");
+    let (_, err) = stage_error(evident::pipeline::run(&patient, &verify_with(&patient, "host-loop"), host, QUESTION));
+    canceller.join().expect("cancels");
+    assert!(matches!(err, PluginError::Cancelled), "{err}");
+    answer_normally(&runtime);
 
     // A memory bomb hits the cap.
     let (_, err) = stage_error(evident::pipeline::run(&runtime, &verify_with(&runtime, "memory"), fixture.host(), QUESTION));

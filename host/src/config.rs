@@ -90,6 +90,9 @@ pub struct GeneratorConfig {
     pub model: String,
     /// Memory for the prompt caches one request keeps for reuse by its later prompts, MiB.
     pub prompt_cache_mib: u64,
+    /// A thinking model beside the answering one: "" for none, "openai:NAME" for model NAME
+    /// on the `[generator.openai]` server, or an embedded model as `model` names one.
+    pub thinking_model: String,
     pub openai: RemoteConfig,
 }
 

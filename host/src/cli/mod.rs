@@ -95,6 +95,21 @@ impl Context {
         })
     }
 
+    /// The thinking model, when one is configured (`generator.thinking_model`).
+    pub fn thinking_generator(&self) -> Result<Option<Box<dyn Generator>>> {
+        let name = self.config.generator.thinking_model.trim();
+        if name.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(match name.strip_prefix("openai:") {
+            Some(model) => Box::new(RemoteGenerator::new(evident::config::RemoteConfig { model: model.to_string(), ..self.config.generator.openai.clone() })),
+            None => {
+                let compute = burn_device(self.config.compute.backend);
+                Box::new(EmbeddedGenerator::load(&embedded_model_path(&self.config.models_dir, name)?, &compute)?)
+            }
+        }))
+    }
+
     /// The wasmtime runtime for stage components, with the configured limits.
     pub fn stage_runtime(&self) -> Result<StageRuntime> {
         Ok(StageRuntime::new(self.config.plugins.limits)?)
@@ -118,6 +133,7 @@ impl Context {
             maxsim: std::sync::Arc::new(self.maxsim()?),
             vectors: std::sync::Arc::new(evident::retrieval::PageVectorCache::new(self.config.compute.vector_cache_mib)),
             generator: std::sync::Arc::from(self.generator()?),
+            thinking: self.thinking_generator()?.map(std::sync::Arc::from),
             generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,
             prompt_cache_bytes: (g.prompt_cache_mib as usize) << 20,
             limits: self.config.pipeline,

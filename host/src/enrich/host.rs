@@ -61,7 +61,7 @@ impl StageHost for EnrichHost {
     }
 
     fn has_thinking(&self) -> bool {
-        false
+        self.services.thinking.is_some()
     }
 
     fn document(&self, id: String) -> HostResult<types::DocumentInfo> {

@@ -45,6 +45,12 @@ pub fn generate(
     seed: u64,
     find: &dyn Fn(&str) -> HostResult<DocumentRecord>,
 ) -> HostResult<types::Generation> {
+    // The thinking model when asked for and configured (without the request's prompt caches,
+    // which hold the answering model's keys and values); the answering model otherwise.
+    let (generator, prompts) = match (&services.thinking, request.thinking) {
+        (Some(thinking), true) => (thinking, None),
+        _ => (&services.generator, prompts),
+    };
     let mut messages = Vec::new();
     if !request.system.is_empty() {
         messages.push(Message::text("system", request.system));
@@ -68,7 +74,7 @@ pub fn generate(
         sampling: SamplingParams { temperature: request.temperature.max(0.0), top_p: 0.95, seed },
         stop: request.stop,
     };
-    let out = services.generator.generate(&req, prompts, &mut |_| {}).map_err(failed)?;
+    let out = generator.generate(&req, prompts, &mut |_| {}).map_err(failed)?;
     usage.llm_calls.fetch_add(1, Ordering::Relaxed);
     usage.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
     usage.completion_tokens.fetch_add(out.completion_tokens as u64, Ordering::Relaxed);

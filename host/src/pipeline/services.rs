@@ -27,6 +27,8 @@ pub struct Services {
     /// Page vectors kept between questions.
     pub vectors: Arc<crate::retrieval::PageVectorCache>,
     pub generator: Arc<dyn Generator>,
+    /// A thinking model stages may ask for instead (`generator.thinking_model`).
+    pub thinking: Option<Arc<dyn Generator>>,
     /// Whether the generator takes page images.
     pub generator_images: bool,
     /// Bytes of prompt caches one request may keep (`generator.prompt_cache_mib`).
@@ -199,7 +201,7 @@ impl StageHost for RequestHost {
     }
 
     fn has_thinking(&self) -> bool {
-        false
+        self.services.thinking.is_some()
     }
 
     fn document(&self, id: String) -> HostResult<types::DocumentInfo> {

@@ -1,7 +1,8 @@
 //! For the tests only: a verify stage that misbehaves on request (parameter `behaviour`):
 //! `loop` spins forever, `memory` allocates without end, `trap` panics, `foreign-page` judges a
-//! page it was not given, `host-loop` keeps reading a page until the host refuses (a request
-//! cancelled from outside ends that way), `drop-page` judges all but the last page it was given;
+//! page it was not given, `host-loop` keeps reading a page and ignores every error the host
+//! returns (only the host stopping the call ends it, as it does for a cancelled request),
+//! `drop-page` judges all but the last page it was given;
 //! anything else marks every page
 //! relevant, labelled with the behaviour's name (so a test can tell which plugin answered),
 //! after busy-working `spin` rounds first (default 0: a slow but well-behaved stage).
@@ -38,7 +39,7 @@ impl Guest for Hostile {
             "host-loop" => {
                 let first = candidates.first().ok_or("no pages")?.page.clone();
                 loop {
-                    stage_kit::host::page(&first)?;
+                    let _ = std::hint::black_box(stage_kit::host::page(&first));
                 }
             }
             "foreign-page" => Ok(vec![Verdict {
