@@ -335,33 +335,60 @@ fn a_crop_reaches_the_openai_server_as_the_image_of_that_region_and_thinking_rea
     );
     let config = std::fs::read_to_string(s.config()).expect("config") + &generator;
     std::fs::write(s.config(), config).expect("config");
-    s.ok(&["ingest", common::bench_pdf(FILING).to_str().expect("path")]);
+    // A copy of the filing, so that the test can take the file away later.
+    let copy = s.dir.path().join("filing.pdf");
+    std::fs::copy(common::bench_pdf(FILING), &copy).expect("copies");
+    s.ok(&["ingest", copy.to_str().expect("path")]);
     let doc = s.only_document();
     let page = s.app.page(&doc, 1);
     let (width, height) = (page["width"].as_f64().expect("width") as f32, page["height"].as_f64().expect("height") as f32);
-    // The top-left quarter of the first retrieved page, at the stored image's resolution and at 36 dpi.
+    // The top-left quarter of the first retrieved page.
     let (x1, y1) = (width / 2.0, height / 2.0);
     let memory =
         |dpi: u32| format!("plugin = \"test-artifact-memory\"\nparams = {{ behaviour = \"crop\", x0 = 0, y0 = 0, x1 = {x1}, y1 = {y1}, dpi = {dpi} }}");
-    s.profile("crop", "", &memory(600));
-    let v: Value = serde_json::from_str(&s.ok(&["ask", "What is on this page?", "--profile", "crop", "--json"])).expect("JSON");
-    assert!(v["answer"].as_str().is_some_and(|a| a.ends_with("images: 1 png")), "{v}");
-    let cited = v["evidence"][0]["page"].as_u64().expect("page") as u32;
+    let ask = |dpi: u32| -> u32 {
+        s.profile("crop", "", &memory(dpi));
+        let v: Value = serde_json::from_str(&s.ok(&["ask", "What is on this page?", "--profile", "crop", "--json"])).expect("JSON");
+        assert!(v["answer"].as_str().is_some_and(|a| a.ends_with("images: 1 png")), "{v}");
+        v["evidence"][0]["page"].as_u64().expect("page") as u32
+    };
+
+    // With the file in place, the region is rendered from it at the resolution asked for (up
+    // to 2048 pixels a side), and looks like that region of the page image.
+    let cited = ask(600);
     let full = stored_page_image(s.app.data.path(), &doc, cited);
-    let got = server.image(1);
     let scale = full.width() as f32 / width;
     let (w, h) = ((x1 * scale).round() as u32, (y1 * scale).round() as u32);
-    assert_eq!((got.width(), got.height()), (w, h), "600 dpi is capped at the stored image's resolution");
-    let want = image::imageops::crop_imm(&full, 0, 0, w, h).to_image();
-    assert!(got == want, "the crop is the region's pixels of the page image");
-    let other = image::imageops::crop_imm(&full, full.width() - w, full.height() - h, w, h).to_image();
-    assert!(got != other, "and not another region's");
-
-    s.profile("crop", "", &memory(36));
-    s.ok(&["ask", "What is on this page?", "--profile", "crop", "--json"]);
+    let region = image::imageops::crop_imm(&full, 0, 0, w, h).to_image();
+    let elsewhere = image::imageops::crop_imm(&full, full.width() - w, full.height() - h, w, h).to_image();
+    let sharp = server.image(1);
+    assert_eq!(sharp.width().max(sharp.height()), 2048, "600 dpi of a quarter page is capped at 2048 pixels");
+    assert!((sharp.width() as f32 / sharp.height() as f32 - x1 / y1).abs() < 0.01, "the region's shape");
+    let seen = image::imageops::resize(&sharp, w, h, image::imageops::FilterType::Triangle);
+    // Normalised cross-correlation of the two images' ink: 1 for the same drawing.
+    let correlation = |a: &image::RgbImage, b: &image::RgbImage| -> f64 {
+        let ink = |i: &image::RgbImage| i.pixels().map(|p| 255.0 - (p[0] as f64 + p[1] as f64 + p[2] as f64) / 3.0).collect::<Vec<f64>>();
+        let (a, b) = (ink(a), ink(b));
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (ma, mb) = (mean(&a), mean(&b));
+        let cov: f64 = a.iter().zip(&b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+        let var = |v: &[f64], m: f64| v.iter().map(|x| (x - m) * (x - m)).sum::<f64>();
+        cov / (var(&a, ma) * var(&b, mb)).sqrt().max(1e-9)
+    };
+    let (same, other) = (correlation(&seen, &region), correlation(&seen, &elsewhere));
+    assert!(same > 0.8 && other < 0.3, "the crop is that region: correlation {same:.3}, and {other:.3} with another");
+    ask(36);
     let small = server.image(2);
-    let expected = ((x1.max(y1)) * 0.5).round() as u32;
-    assert_eq!(small.width().max(small.height()), expected, "36 dpi is half a pixel a point");
+    let expected = (x1.max(y1) * 0.5).round() as i64;
+    assert!((small.width().max(small.height()) as i64 - expected).abs() <= 1, "36 dpi is half a pixel a point");
+
+    // Without the file, the crop is cut from the page image stored at ingest, whose resolution
+    // it cannot pass.
+    std::fs::remove_file(&copy).expect("removes the file");
+    ask(600);
+    let cut = server.image(3);
+    assert_eq!((cut.width(), cut.height()), (w, h), "capped at the stored image's resolution");
+    assert!(cut == region, "the region's pixels of the page image");
 
     // A stage that asks for the thinking model gets it when one is configured.
     let config = std::fs::read_to_string(s.config()).expect("config").replace("[generator]\n", "[generator]\nthinking_model = \"openai:echo-thinking\"\n");

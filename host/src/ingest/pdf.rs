@@ -190,6 +190,34 @@ impl OpenPdf<'_> {
     }
 }
 
+impl OpenPdf<'_> {
+    /// Renders the region `bbox` (points, origin top-left) of page `number` at `dpi`, scaled
+    /// down so that its longer side has at most `max_px` pixels, as PNG.
+    pub fn render_crop(&self, number: u32, bbox: BoundingBox, dpi: u32, max_px: u32) -> Result<Vec<u8>, PdfError> {
+        let page_err = |e: PdfiumError| PdfError::Page { page: number, reason: pdfium_reason(&e) };
+        let index = i32::try_from(number.saturating_sub(1)).map_err(|_| PdfError::Page { page: number, reason: "page index out of range".into() })?;
+        let page = self.doc.pages().get(index).map_err(page_err)?;
+        let (width, height) = (page.width().value, page.height().value);
+        let longest = bbox.width().max(bbox.height()).max(1.0);
+        // Pixels per point, bounded by the crop's size and by the whole page's render.
+        let scale = (dpi.max(1) as f32 / 72.0).min(max_px as f32 / longest).min(MAX_RENDER_PX as f32 / width.max(height).max(1.0));
+        let (w, h) = (((width * scale).round() as i32).max(1), ((height * scale).round() as i32).max(1));
+        let config = PdfRenderConfig::new().set_target_size(w, h).render_form_data(true);
+        let bitmap = page.render_with_config(&config).map_err(|e| PdfError::Render { page: number, reason: format!("{e:?}") })?;
+        let image = bitmap.as_image().map_err(|e| PdfError::Render { page: number, reason: format!("{e:?}") })?.to_rgb8();
+        let px = |v: f32, limit: u32| ((v * scale).round().max(0.0) as u32).min(limit);
+        let (left, top) = (px(bbox.x0, image.width().saturating_sub(1)), px(bbox.y0, image.height().saturating_sub(1)));
+        let (right, bottom) = (px(bbox.x1, image.width()).max(left + 1), px(bbox.y1, image.height()).max(top + 1));
+        let cut = image::imageops::crop_imm(&image, left, top, right - left, bottom - top).to_image();
+        let mut png = Vec::new();
+        cut.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).map_err(|e| PdfError::Render { page: number, reason: e.to_string() })?;
+        Ok(png)
+    }
+}
+
+/// The most pixels a page rendered for a crop may have on its longer side.
+const MAX_RENDER_PX: u32 = 8000;
+
 fn walk_outline(mut node: Option<PdfBookmark<'_>>, level: u32, out: &mut Vec<OutlineEntry>) {
     while let Some(bookmark) = node {
         if out.len() >= MAX_OUTLINE_ENTRIES || level > MAX_OUTLINE_DEPTH {

@@ -7,20 +7,40 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::pdf::{PageRead, PdfError};
-use crate::store::OutlineEntry;
+use crate::store::{BoundingBox, OutlineEntry};
 
 /// From the host: open one document, then read its pages one by one.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
-    Open { bytes: Vec<u8>, password: Option<String> },
-    Page { number: u32, image_max_px: Option<u32> },
+    Open {
+        bytes: Vec<u8>,
+        password: Option<String>,
+    },
+    Page {
+        number: u32,
+        image_max_px: Option<u32>,
+    },
+    /// A region of a page rendered at `dpi`, its longer side at most `max_px`.
+    Crop {
+        number: u32,
+        bbox: BoundingBox,
+        dpi: u32,
+        max_px: u32,
+    },
 }
 
 /// From the worker: one answer per request.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
-    Opened { page_count: u32, title: Option<String>, outline: Vec<OutlineEntry>, truncated: bool },
+    Opened {
+        page_count: u32,
+        title: Option<String>,
+        outline: Vec<OutlineEntry>,
+        truncated: bool,
+    },
     Page(PageRead),
+    /// A PNG.
+    Image(Vec<u8>),
     Failed(PdfError),
 }
 

@@ -14,7 +14,7 @@ use tracing::warn;
 use super::pdf::{PageRead, PdfError, PdfReader};
 use super::wire::{Reply, Request, read_frame, write_frame};
 use crate::config::IngestConfig;
-use crate::store::OutlineEntry;
+use crate::store::{BoundingBox, OutlineEntry};
 
 /// The subcommand of the `evident` binary that runs a worker.
 pub const WORKER_SUBCOMMAND: &str = "pdf-worker";
@@ -210,6 +210,15 @@ impl WorkerDocument {
         }
     }
 
+    /// Renders a region of one page (1-based) at `dpi`, its longer side at most `max_px`, as PNG.
+    pub fn render_crop(&mut self, number: u32, bbox: BoundingBox, dpi: u32, max_px: u32) -> Result<Vec<u8>, PdfError> {
+        let what = format!("to render a crop of page {number}");
+        match self.call(&Request::Crop { number, bbox, dpi, max_px }, self.limits.page, &what)? {
+            Reply::Image(png) => Ok(png),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Sends one request and waits for its reply within `limit` and the document's deadline.
     fn call(&mut self, request: &Request, limit: Duration, what: &str) -> Result<Reply, PdfError> {
         let left = self.limits.document.saturating_sub(self.started.elapsed());
@@ -256,6 +265,7 @@ fn unexpected(reply: &Reply) -> PdfError {
     let kind = match reply {
         Reply::Opened { .. } => "opened",
         Reply::Page(_) => "page",
+        Reply::Image(_) => "image",
         Reply::Failed(_) => "failed",
     };
     PdfError::Worker(format!("it answered out of turn ({kind})"))
@@ -296,6 +306,10 @@ pub fn serve_worker(library: &Path) -> std::io::Result<()> {
         let reply = match request {
             Request::Page { number, image_max_px } => match pdf.read_page(number, image_max_px) {
                 Ok(read) => Reply::Page(read),
+                Err(e) => Reply::Failed(e),
+            },
+            Request::Crop { number, bbox, dpi, max_px } => match pdf.render_crop(number, bbox, dpi, max_px) {
+                Ok(png) => Reply::Image(png),
                 Err(e) => Reply::Failed(e),
             },
             Request::Open { .. } => {

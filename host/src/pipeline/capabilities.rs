@@ -110,8 +110,9 @@ pub fn score_choices(
     Ok(scores.into_iter().map(|s| s.logprob).collect())
 }
 
-/// A region of a page as a PNG, cut from the page image rendered at ingest and scaled to the
-/// crop's resolution (never above the stored image's: the stored image is all there is).
+/// A region of a page as a PNG at the crop's resolution: rendered from the document's own
+/// file by a PDF worker when the file is still where it was ingested from (and unchanged),
+/// else cut from the page image rendered at ingest (never above that image's resolution).
 fn crop_png(services: &Services, doc: &DocumentRecord, crop: &types::Crop) -> HostResult<Vec<u8>> {
     let page = page_in(services, doc, crop.page.page)?;
     let (x0, y0, x1, y1) = crop.bbox;
@@ -121,17 +122,44 @@ fn crop_png(services: &Services, doc: &DocumentRecord, crop: &types::Crop) -> Ho
             crop.page.page, doc.id, page.width, page.height
         )));
     }
-    let Some(png) = services.store.page_image(doc, crop.page.page).map_err(failed)? else {
-        return Err(HostFailure::Refused(format!("document {} was ingested without page images, so no crop of it can be made", doc.id)));
+    let bbox = crate::store::BoundingBox { x0, y0, x1, y1 };
+    if let Some(worker) = &services.pdf {
+        match rendered_crop(worker, doc, crop.page.page, bbox, crop.dpi) {
+            Ok(png) => return Ok(png),
+            Err(reason) => tracing::info!(doc = %doc.id, "a crop is cut from the stored page image: {reason}"),
+        }
+    }
+    stored_crop(services, doc, &page, bbox, crop.dpi)
+}
+
+/// The crop rendered from the document's file.
+fn rendered_crop(worker: &crate::ingest::PdfWorker, doc: &DocumentRecord, page: u32, bbox: crate::store::BoundingBox, dpi: u32) -> Result<Vec<u8>, String> {
+    use sha2::Digest;
+    let bytes = std::fs::read(&doc.source_path).map_err(|e| format!("{} cannot be read ({e})", doc.source_path))?;
+    let hash: String = sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    if hash != doc.content_hash {
+        return Err(format!("{} has changed since it was ingested", doc.source_path));
+    }
+    let mut pdf = worker.open(&bytes, None).map_err(|e| e.to_string())?;
+    pdf.render_crop(page, bbox, dpi, CROP_MAX_PX).map_err(|e| e.to_string())
+}
+
+/// The crop cut from the page image rendered at ingest.
+fn stored_crop(services: &Services, doc: &DocumentRecord, page: &PageRecord, bbox: crate::store::BoundingBox, dpi: u32) -> HostResult<Vec<u8>> {
+    let Some(png) = services.store.page_image(doc, page.number).map_err(failed)? else {
+        return Err(HostFailure::Refused(format!(
+            "document {} was ingested without page images and its file is not where it was, so no crop of it can be made",
+            doc.id
+        )));
     };
     let image = image::load_from_memory_with_format(&png, image::ImageFormat::Png).map_err(failed)?;
     let scale = image.width() as f32 / page.width.max(1.0);
     let px = |v: f32, limit: u32| ((v * scale).round().max(0.0) as u32).min(limit);
-    let (left, top) = (px(x0, image.width()), px(y0, image.height()));
-    let (right, bottom) = (px(x1, image.width()).max(left + 1), px(y1, image.height()).max(top + 1));
+    let (left, top) = (px(bbox.x0, image.width().saturating_sub(1)), px(bbox.y0, image.height().saturating_sub(1)));
+    let (right, bottom) = (px(bbox.x1, image.width()).max(left + 1), px(bbox.y1, image.height()).max(top + 1));
     let mut cut = image.crop_imm(left, top, right - left, bottom - top);
-    let wanted = (crop.dpi.max(1) as f32 / 72.0).min(scale);
-    let target = (((x1 - x0).max(y1 - y0) * wanted).round() as u32).clamp(1, CROP_MAX_PX);
+    let wanted = (dpi.max(1) as f32 / 72.0).min(scale);
+    let target = ((bbox.width().max(bbox.height()) * wanted).round() as u32).clamp(1, CROP_MAX_PX);
     if wanted < scale || target < cut.width().max(cut.height()) {
         cut = cut.resize(target, target, image::imageops::FilterType::Triangle);
     }

@@ -35,6 +35,10 @@ pub struct Services {
     pub prompt_cache_bytes: usize,
     /// What one request's stages may ask of the host (`[pipeline]`).
     pub limits: PipelineLimits,
+    /// PDF workers that render crops from a document's own file, when it is still where it
+    /// was ingested from; without one (or without the file) crops are cut from the page
+    /// image rendered at ingest.
+    pub pdf: Option<crate::ingest::PdfWorker>,
 }
 
 /// The host side of one request: its scope, its seeded random source and its counters.
