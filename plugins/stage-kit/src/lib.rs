@@ -14,6 +14,100 @@ pub mod v2 {
     wit_bindgen::generate!({ world: "host-imports", path: "../../wit/since_v0.2.0", additional_derives: [PartialEq] });
 
     pub use evident::pipeline::{artifacts, generation, pages, retrieval, runtime, types};
+    use types::{ArtifactHit, Candidate, Crop, DocumentInfo, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Region, SearchMode, StoredArtifact};
+
+    /// The 0.2.0 host imports a method's logic uses, as a trait: [`Wasm`] calls the real
+    /// ones; native unit tests supply their own (as `stage_kit::HostApi` does for 0.1.0).
+    pub trait Host {
+        fn document(&self, id: &str) -> Result<DocumentInfo, String>;
+        fn page(&self, page: &PageRef) -> Result<PageContent, String>;
+        fn regions(&self, page: &PageRef) -> Result<Vec<Region>, String>;
+        fn search(&self, query: &str, mode: SearchMode, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String>;
+        fn search_weighted(&self, query: &str, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String>;
+        fn similarities(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String>;
+        fn generate(&self, request: &GenerateRequest) -> Result<Generation, String>;
+        fn score_choices(&self, system: &str, prompt: &str, choices: &[String]) -> Result<Vec<f32>, String>;
+        fn count_tokens(&self, text: &str) -> u32;
+        fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String>;
+        fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String>;
+        fn random(&self) -> u64;
+        fn log(&self, level: LogLevel, message: &str);
+    }
+
+    /// The host the component runs in. A stage whose world lacks an interface must not call
+    /// its functions (the component would not link).
+    pub struct Wasm;
+
+    impl Host for Wasm {
+        fn document(&self, id: &str) -> Result<DocumentInfo, String> {
+            pages::document(id)
+        }
+        fn page(&self, page: &PageRef) -> Result<PageContent, String> {
+            pages::page(page)
+        }
+        fn regions(&self, page: &PageRef) -> Result<Vec<Region>, String> {
+            pages::regions(page)
+        }
+        fn search(&self, query: &str, mode: SearchMode, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String> {
+            retrieval::search(query, mode, k, documents)
+        }
+        fn search_weighted(&self, query: &str, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String> {
+            retrieval::search_weighted(query, alpha, k, documents)
+        }
+        fn similarities(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+            retrieval::similarities(query, texts)
+        }
+        fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
+            generation::generate(request)
+        }
+        fn score_choices(&self, system: &str, prompt: &str, choices: &[String]) -> Result<Vec<f32>, String> {
+            generation::score_choices(system, prompt, choices)
+        }
+        fn count_tokens(&self, text: &str) -> u32 {
+            generation::count_tokens(text)
+        }
+        fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String> {
+            artifacts::search(query, kind, mode, alpha, k, documents)
+        }
+        fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String> {
+            artifacts::get(document, key)
+        }
+        fn random(&self) -> u64 {
+            runtime::random()
+        }
+        fn log(&self, level: LogLevel, message: &str) {
+            runtime::log(level, message)
+        }
+    }
+
+    /// A plain text request: no images, no crops, the answering model.
+    pub fn text_request(system: &str, prompt: &str, max_tokens: u32, temperature: f32) -> GenerateRequest {
+        GenerateRequest {
+            system: system.to_string(),
+            prompt: prompt.to_string(),
+            max_tokens,
+            temperature,
+            stop: Vec::new(),
+            images: Vec::new(),
+            crops: Vec::new(),
+            thinking: false,
+        }
+    }
+
+    /// A crop of `region` on `page` at `dpi`.
+    pub fn crop_of(page: &PageRef, region: &Region, dpi: u32) -> Crop {
+        Crop { page: page.clone(), bbox: region.bbox, dpi }
+    }
+
+    /// An artifact's field, if it has one.
+    pub fn field<'a>(artifact: &'a types::Artifact, key: &str) -> Option<&'a str> {
+        artifact.fields.iter().find(|f| f.key == key).map(|f| f.value.as_str())
+    }
+
+    /// A uniform draw in [0, 1) from the host's seeded source (53 bits).
+    pub fn uniform(host: &impl Host) -> f64 {
+        (host.random() >> 11) as f64 / (1u64 << 53) as f64
+    }
 
     /// A parameter from the profile, parsed, or `default` when the profile does not set it.
     pub fn param<T: std::str::FromStr>(params: &[types::Param], key: &str, default: T) -> Result<T, String> {
@@ -234,5 +328,73 @@ mod tests {
         assert_eq!(param(&ctx, "top", 5u32), Ok(5));
         let bad = StageContext { params: vec![Param { key: "k".into(), value: "seven".into() }], ..ctx };
         assert!(param(&bad, "k", 3u32).is_err());
+    }
+
+    #[test]
+    fn v2_helpers_read_fields_and_params_and_draw_uniforms_below_one() {
+        use super::v2::types::{Anchor, Artifact, Param as P2};
+        let a = Artifact {
+            key: "q1".into(),
+            kind: "query".into(),
+            anchor: Anchor { page: Some(2), bbox: None, blocks: vec![] },
+            text: "What grew?".into(),
+            fields: vec![P2 { key: "answer".into(), value: "revenue".into() }],
+            links: vec!["c1".into()],
+        };
+        assert_eq!(super::v2::field(&a, "answer"), Some("revenue"));
+        assert_eq!(super::v2::field(&a, "missing"), None);
+        assert_eq!(super::v2::param(&a.fields, "answer", String::new()), Ok("revenue".to_string()));
+        assert!(super::v2::param(&a.fields, "answer", 1u32).is_err());
+        struct Fixed(u64);
+        impl super::v2::Host for Fixed {
+            fn document(&self, _: &str) -> Result<super::v2::types::DocumentInfo, String> {
+                Err("no".into())
+            }
+            fn page(&self, _: &super::v2::types::PageRef) -> Result<super::v2::types::PageContent, String> {
+                Err("no".into())
+            }
+            fn regions(&self, _: &super::v2::types::PageRef) -> Result<Vec<super::v2::types::Region>, String> {
+                Err("no".into())
+            }
+            fn search(&self, _: &str, _: super::v2::types::SearchMode, _: u32, _: &[String]) -> Result<Vec<super::v2::types::Candidate>, String> {
+                Err("no".into())
+            }
+            fn search_weighted(&self, _: &str, _: f32, _: u32, _: &[String]) -> Result<Vec<super::v2::types::Candidate>, String> {
+                Err("no".into())
+            }
+            fn similarities(&self, _: &str, _: &[String]) -> Result<Vec<f32>, String> {
+                Err("no".into())
+            }
+            fn generate(&self, _: &super::v2::types::GenerateRequest) -> Result<super::v2::types::Generation, String> {
+                Err("no".into())
+            }
+            fn score_choices(&self, _: &str, _: &str, _: &[String]) -> Result<Vec<f32>, String> {
+                Err("no".into())
+            }
+            fn count_tokens(&self, _: &str) -> u32 {
+                0
+            }
+            fn search_artifacts(
+                &self,
+                _: &str,
+                _: &str,
+                _: super::v2::types::SearchMode,
+                _: f32,
+                _: u32,
+                _: &[String],
+            ) -> Result<Vec<super::v2::types::ArtifactHit>, String> {
+                Err("no".into())
+            }
+            fn artifact(&self, _: &str, _: &str) -> Result<Option<super::v2::types::StoredArtifact>, String> {
+                Err("no".into())
+            }
+            fn random(&self) -> u64 {
+                self.0
+            }
+            fn log(&self, _: super::v2::types::LogLevel, _: &str) {}
+        }
+        assert_eq!(super::v2::uniform(&Fixed(0)), 0.0);
+        let top = super::v2::uniform(&Fixed(u64::MAX));
+        assert!(top < 1.0 && top > 0.999_999, "{top}");
     }
 }
