@@ -434,6 +434,8 @@ fn hievi_runs_end_to_end_through_wasmtime() {
         profiles.path().to_path_buf(),
     );
     let profile = registry.resolve("hievi-small").expect("all four HiEvi components load");
+    // Built for contract 0.1.0, and served through its bindings beside 0.2.0's.
+    assert!(profile.components.values().all(|(_, c)| c.api == evident::plugins::ApiVersion::V0_1));
     let out = evident::pipeline::run(registry.runtime(), &profile, fixture.host(), QUESTION).expect("answers");
     let stages: Vec<&str> = out.trace.iter().map(|s| s.stage.as_str()).collect();
     assert_eq!(stages[..2], ["decompose", "retrieve"]);
@@ -447,6 +449,43 @@ fn hievi_runs_end_to_end_through_wasmtime() {
     assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the root's pages");
     if out.answerable && out.evidence.is_empty() {
         assert_eq!(out.notice.as_deref(), Some(evident::pipeline::UNCITED), "an uncited answer says so");
+    }
+}
+
+#[test]
+fn sleuth_runs_end_to_end_through_wasmtime_on_contract_0_2() {
+    let fixture = Fixture::new();
+    let profiles = tempfile::tempdir().expect("temp dir");
+    // SLEUTH with small numbers so the embedded model gets through it in a test.
+    std::fs::write(
+        profiles.path().join("sleuth-small.toml"),
+        "description = \"SLEUTH, small\"\n[retrieve]\nk = 3\nmode = \"maxsim\"\n\
+         [stages.verify]\nplugin = \"sleuth-verify\"\nparams = { page_tokens = 80 }\n\
+         [stages.memory]\nplugin = \"sleuth-memory\"\nparams = { page_tokens = 80, clue_tokens = 40, max_clues = 2, answer_tokens = 24 }\n",
+    )
+    .expect("profile");
+    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
+    let registry = evident::registry::PluginRegistry::new(
+        runtime,
+        fixture.services.store.clone(),
+        common::repo_root().join(".evident/plugins"),
+        profiles.path().to_path_buf(),
+    );
+    let profile = registry.resolve("sleuth-small").expect("both SLEUTH components load");
+    assert!(profile.components.values().all(|(_, c)| c.api == evident::plugins::ApiVersion::V0_2));
+    let out = evident::pipeline::run(registry.runtime(), &profile, fixture.host(), QUESTION).expect("answers");
+    assert_eq!(out.trace.iter().map(|s| s.stage.as_str()).collect::<Vec<_>>(), ["retrieve", "verify", "memory"]);
+    // Each of the three pages screened with one of the paper's labels, then clues, difficulty
+    // and the decision, all in the log.
+    let screened: Vec<&String> = out.log.iter().filter(|l| l.starts_with("screening: page ")).collect();
+    assert_eq!(screened.len(), 3, "{:?}", out.log);
+    assert!(screened.iter().all(|l| [" CR (", " R (", " IR ("].iter().any(|label| l.contains(label))), "{screened:?}");
+    assert!(out.log.iter().any(|l| l.starts_with("decision") || l.starts_with("no clues")), "{:?}", out.log);
+    assert!(out.llm_calls >= 4, "screening and clues asked the model: {}", out.llm_calls);
+    if out.answerable {
+        assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the retrieved pages");
+    } else {
+        assert!(out.evidence.is_empty(), "nothing found cites nothing");
     }
 }
 

@@ -1,5 +1,6 @@
 //! Enrich after ingest and index (the profiles' enrich stages), and `evident artifacts`.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -42,9 +43,14 @@ pub fn run(ctx: &Context, store: &Arc<Store>, docs: &[DocumentRecord]) -> Result
         for stage in &stages {
             bar.suspend(|| eprintln!("enriching {} with {} (set {}, {} pages)", doc.id, stage.plugin, stage.set, doc.page_count));
         }
-        let on_page = |stage: &evident::enrich::EnrichStage, _done: u32, _total: u32| {
+        // Without a terminal there is no bar: a line per page is the progress a log shows.
+        let lines = !std::io::stderr().is_terminal();
+        let on_page = |stage: &evident::enrich::EnrichStage, done: u32, total: u32| {
             bar.set_message(format!("{} {}", doc.id, stage.plugin));
             bar.inc(1);
+            if lines {
+                eprintln!("enrich {} {}: page {done} of {total}", doc.id, stage.plugin);
+            }
         };
         for report in enrich_all(&services, registry.runtime(), &stages, doc, &on_page)? {
             let cost = format!("{} model calls, {} tokens, {:.1} s", report.llm_calls, report.tokens, report.seconds);

@@ -28,6 +28,7 @@ pub mod v2 {
         fn generate(&self, request: &GenerateRequest) -> Result<Generation, String>;
         fn score_choices(&self, system: &str, prompt: &str, choices: &[String]) -> Result<Vec<f32>, String>;
         fn count_tokens(&self, text: &str) -> u32;
+        fn has_thinking(&self) -> bool;
         fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String>;
         fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String>;
         fn random(&self) -> u64;
@@ -65,6 +66,9 @@ pub mod v2 {
         }
         fn count_tokens(&self, text: &str) -> u32 {
             generation::count_tokens(text)
+        }
+        fn has_thinking(&self) -> bool {
+            generation::has_thinking()
         }
         fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String> {
             artifacts::search(query, kind, mode, alpha, k, documents)
@@ -271,9 +275,14 @@ fn answer_terms(text: &str) -> (Vec<String>, Vec<String>) {
 /// two of its distinctive words and most of them are. None qualifies more often than not, and
 /// then the answer cites nothing rather than a page chosen for it.
 pub fn supporting_pages(answer: &str, pages: &[(PageRef, String)]) -> Vec<usize> {
+    supporting_texts(answer, &pages.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>())
+}
+
+/// [`supporting_pages`] over plain texts (1-based places of those that support the answer).
+pub fn supporting_texts(answer: &str, texts: &[&str]) -> Vec<usize> {
     let (figures, words) = answer_terms(answer);
     let mut out = Vec::new();
-    for (i, (_, text)) in pages.iter().enumerate() {
+    for (i, text) in texts.iter().enumerate() {
         let (page_figures, page_words) = answer_terms(text);
         let supported = if !figures.is_empty() {
             figures.iter().all(|f| page_figures.contains(f))
@@ -373,6 +382,9 @@ mod tests {
             }
             fn count_tokens(&self, _: &str) -> u32 {
                 0
+            }
+            fn has_thinking(&self) -> bool {
+                false
             }
             fn search_artifacts(
                 &self,
