@@ -248,7 +248,12 @@ fn kill_during_enrich_leaves_no_half_set_and_index_resumes_where_it_stopped() {
 fn hostile_enrich_stages_fail_in_one_sentence_and_the_document_still_lands() {
     let s = Setup::new("timeout_s = 3\nmemory_mib = 64");
     let pdf = common::bench_pdf(FILING);
-    s.ok(&["ingest", "--no-images", "--no-enrich", pdf.to_str().expect("path")]);
+    // At ingest: the stage traps on the first page, and the document lands all the same.
+    s.profile("hostile", "behaviour = \"trap\"", ARTIFACT_MEMORY);
+    let out = s.run(&["ingest", "--no-images", pdf.to_str().expect("path")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a failed enrich stage fails the command: {stdout}");
+    assert!(stdout.contains("1 added (5 pages)") && stdout.contains("enrich stage test-enrich failed on page 1 of"), "{stdout}");
     let doc = s.only_document();
     // (behaviour, the step it fails on, what its sentence says)
     let cases: [(&str, &str, &[&str]); 7] = [

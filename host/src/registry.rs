@@ -82,6 +82,11 @@ impl PluginRegistry {
         Profile::names(&self.profiles_dir)
     }
 
+    /// A profile as its file says, its components not compiled.
+    pub fn profile_file(&self, name: &str) -> Result<Profile, RegistryError> {
+        Ok(Profile::load(&self.profiles_dir, name)?)
+    }
+
     /// The runtime components run in.
     pub fn runtime(&self) -> &StageRuntime {
         &self.runtime

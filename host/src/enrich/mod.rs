@@ -67,6 +67,15 @@ pub fn enrich_stages(registry: &PluginRegistry) -> (Vec<EnrichStage>, Vec<String
     let mut stages: Vec<EnrichStage> = Vec::new();
     let mut problems = Vec::new();
     for name in registry.profile_names() {
+        // Only profiles that name an enrich stage have their components compiled here.
+        match registry.profile_file(&name) {
+            Ok(file) if !file.stages.contains_key(&StageKind::Enrich) => continue,
+            Err(e) => {
+                problems.push(format!("profile {name}: {e}"));
+                continue;
+            }
+            Ok(_) => {}
+        }
         let resolved = match registry.resolve(&name) {
             Ok(r) => r,
             Err(e) => {
