@@ -29,6 +29,8 @@ pub fn check_call(made: &[Artifact], keys: &mut HashSet<String>, pages: u32, pag
     if made.len() > MAX_ARTIFACTS_PER_CALL {
         return Err(format!("it returned {} artifacts from one call, and a call may return at most {MAX_ARTIFACTS_PER_CALL}", made.len()));
     }
+    // Artifacts of one call mostly anchor on the same page: read each page once.
+    let mut read: Option<PageRecord> = None;
     let total: usize = made.iter().map(bytes_of).sum();
     if total > MAX_CALL_BYTES {
         return Err(format!("it returned {total} bytes of artifacts from one call, and a call may return at most {MAX_CALL_BYTES}"));
@@ -48,7 +50,10 @@ pub fn check_call(made: &[Artifact], keys: &mut HashSet<String>, pages: u32, pag
                 return Err(format!("artifact {:?} is anchored on page {n}, and the document has {pages} pages", short(&a.key)));
             }
             Some(n) if !a.anchor.blocks.is_empty() || a.anchor.bbox.is_some() => {
-                let record = page(n)?;
+                if read.as_ref().is_none_or(|r| r.number != n) {
+                    read = Some(page(n)?);
+                }
+                let Some(record) = read.as_ref() else { continue };
                 if let Some(&b) = a.anchor.blocks.iter().find(|&&b| b as usize >= record.blocks.len()) {
                     return Err(format!("artifact {:?} is anchored on block {b} of page {n}, which has {} blocks", short(&a.key), record.blocks.len()));
                 }

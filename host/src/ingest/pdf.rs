@@ -205,10 +205,8 @@ impl OpenPdf<'_> {
         let config = PdfRenderConfig::new().set_target_size(w, h).render_form_data(true);
         let bitmap = page.render_with_config(&config).map_err(|e| PdfError::Render { page: number, reason: format!("{e:?}") })?;
         let image = bitmap.as_image().map_err(|e| PdfError::Render { page: number, reason: format!("{e:?}") })?.to_rgb8();
-        let px = |v: f32, limit: u32| ((v * scale).round().max(0.0) as u32).min(limit);
-        let (left, top) = (px(bbox.x0, image.width().saturating_sub(1)), px(bbox.y0, image.height().saturating_sub(1)));
-        let (right, bottom) = (px(bbox.x1, image.width()).max(left + 1), px(bbox.y1, image.height()).max(top + 1));
-        let cut = image::imageops::crop_imm(&image, left, top, right - left, bottom - top).to_image();
+        let (left, top, w, h) = bbox.pixel_rect(scale, image.width(), image.height());
+        let cut = image::imageops::crop_imm(&image, left, top, w, h).to_image();
         let mut png = Vec::new();
         cut.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).map_err(|e| PdfError::Render { page: number, reason: e.to_string() })?;
         Ok(png)

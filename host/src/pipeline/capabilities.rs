@@ -154,10 +154,8 @@ fn stored_crop(services: &Services, doc: &DocumentRecord, page: &PageRecord, bbo
     };
     let image = image::load_from_memory_with_format(&png, image::ImageFormat::Png).map_err(failed)?;
     let scale = image.width() as f32 / page.width.max(1.0);
-    let px = |v: f32, limit: u32| ((v * scale).round().max(0.0) as u32).min(limit);
-    let (left, top) = (px(bbox.x0, image.width().saturating_sub(1)), px(bbox.y0, image.height().saturating_sub(1)));
-    let (right, bottom) = (px(bbox.x1, image.width()).max(left + 1), px(bbox.y1, image.height()).max(top + 1));
-    let mut cut = image.crop_imm(left, top, right - left, bottom - top);
+    let (left, top, w, h) = bbox.pixel_rect(scale, image.width(), image.height());
+    let mut cut = image.crop_imm(left, top, w, h);
     let wanted = (dpi.max(1) as f32 / 72.0).min(scale);
     let target = ((bbox.width().max(bbox.height()) * wanted).round() as u32).clamp(1, CROP_MAX_PX);
     if wanted < scale || target < cut.width().max(cut.height()) {

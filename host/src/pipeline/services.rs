@@ -126,10 +126,7 @@ impl RequestHost {
 
     /// The ranked pages for several questions at once (the host's retrieve step).
     pub fn retrieve(&self, questions: &[&str], mode: SearchMode, k: u32, docs: &[DocumentRecord]) -> Result<Vec<Vec<Candidate>>, String> {
-        self.rank(questions, mode, 0.5, k, docs).map_err(|e| match e {
-            HostFailure::Refused(s) | HostFailure::Failed(s) => s,
-            HostFailure::Cancelled => "the request was cancelled (it timed out or its client went away)".into(),
-        })
+        self.rank(questions, mode, 0.5, k, docs).map_err(|e| e.to_string())
     }
 
     fn rank(&self, questions: &[&str], mode: SearchMode, alpha: f32, k: u32, docs: &[DocumentRecord]) -> HostResult<Vec<Vec<Candidate>>> {
@@ -150,10 +147,7 @@ impl RequestHost {
 
     /// A stored page in scope.
     pub fn page_record(&self, page: &PageRef) -> Result<crate::store::PageRecord, String> {
-        self.page_in_scope(page).map_err(|e| match e {
-            HostFailure::Refused(s) | HostFailure::Failed(s) => s,
-            HostFailure::Cancelled => "the request was cancelled".into(),
-        })
+        self.page_in_scope(page).map_err(|e| e.to_string())
     }
 
     fn page_in_scope(&self, page: &PageRef) -> HostResult<crate::store::PageRecord> {

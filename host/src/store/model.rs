@@ -38,6 +38,15 @@ impl BoundingBox {
         (self.x1.min(other.x1) - self.x0.max(other.x0)).max(0.0)
     }
 
+    /// The pixels this box covers in an image of `width` x `height` drawn at `scale` pixels a
+    /// point: left, top, width, height, at least one pixel and never past the image's edge.
+    pub fn pixel_rect(&self, scale: f32, width: u32, height: u32) -> (u32, u32, u32, u32) {
+        let px = |v: f32, limit: u32| ((v * scale).round().max(0.0) as u32).min(limit);
+        let (left, top) = (px(self.x0, width.saturating_sub(1)), px(self.y0, height.saturating_sub(1)));
+        let (right, bottom) = (px(self.x1, width).max(left + 1), px(self.y1, height).max(top + 1));
+        (left, top, right - left, bottom - top)
+    }
+
     /// Whether this box lies within a page of the given size.
     pub fn is_inside(&self, width: f32, height: f32) -> bool {
         self.x0 >= 0.0 && self.y0 >= 0.0 && self.x1 <= width && self.y1 <= height && self.x0 <= self.x1 && self.y0 <= self.y1
