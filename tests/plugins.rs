@@ -55,6 +55,12 @@ impl Fixture {
         Fixture { _app: app, services: Arc::new(services) }
     }
 
+    /// A registry of the bundled components over this store and the profiles in `profiles`.
+    fn bundled_registry(&self, profiles: &std::path::Path) -> evident::registry::PluginRegistry {
+        let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
+        evident::registry::PluginRegistry::new(runtime, self.services.store.clone(), common::repo_root().join(".evident/plugins"), profiles.to_path_buf())
+    }
+
     fn host(&self) -> Arc<RequestHost> {
         let docs = self.services.store.documents().expect("documents");
         Arc::new(RequestHost::new(self.services.clone(), docs, 7))
@@ -426,13 +432,7 @@ fn hievi_runs_end_to_end_through_wasmtime() {
          [stages.memory]\nplugin = \"hievi-memory\"\nparams = { window = 2, page_tokens = 80, max_tokens = 32 }\n",
     )
     .expect("profile");
-    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
-    let registry = evident::registry::PluginRegistry::new(
-        runtime,
-        fixture.services.store.clone(),
-        common::repo_root().join(".evident/plugins"),
-        profiles.path().to_path_buf(),
-    );
+    let registry = fixture.bundled_registry(profiles.path());
     let profile = registry.resolve("hievi-small").expect("all four HiEvi components load");
     // Built for contract 0.1.0, and served through its bindings beside 0.2.0's.
     assert!(profile.components.values().all(|(_, c)| c.api == evident::plugins::ApiVersion::V0_1));
@@ -464,13 +464,7 @@ fn sleuth_runs_end_to_end_through_wasmtime_on_contract_0_2() {
          [stages.memory]\nplugin = \"sleuth-memory\"\nparams = { page_tokens = 80, clue_tokens = 40, max_clues = 2, answer_tokens = 24 }\n",
     )
     .expect("profile");
-    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
-    let registry = evident::registry::PluginRegistry::new(
-        runtime,
-        fixture.services.store.clone(),
-        common::repo_root().join(".evident/plugins"),
-        profiles.path().to_path_buf(),
-    );
+    let registry = fixture.bundled_registry(profiles.path());
     let profile = registry.resolve("sleuth-small").expect("both SLEUTH components load");
     assert!(profile.components.values().all(|(_, c)| c.api == evident::plugins::ApiVersion::V0_2));
     let out = evident::pipeline::run(registry.runtime(), &profile, fixture.host(), QUESTION).expect("answers");
