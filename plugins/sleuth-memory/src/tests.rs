@@ -47,6 +47,9 @@ impl Host for Fake {
             vec![]
         })
     }
+    fn outline(&self, _: &str) -> Result<Vec<stage_kit::v2::types::OutlineEntry>, String> {
+        Err("unused".into())
+    }
     fn search(&self, _: &str, _: SearchMode, _: u32, _: &[String]) -> Result<Vec<Candidate>, String> {
         Err("unused".into())
     }
@@ -78,10 +81,16 @@ impl Host for Fake {
     fn has_thinking(&self) -> bool {
         self.thinking
     }
+    fn takes_images(&self) -> bool {
+        false
+    }
     fn search_artifacts(&self, _: &str, _: &str, _: SearchMode, _: f32, _: u32, _: &[String]) -> Result<Vec<ArtifactHit>, String> {
         Err("unused".into())
     }
     fn artifact(&self, _: &str, _: &str) -> Result<Option<StoredArtifact>, String> {
+        Err("unused".into())
+    }
+    fn artifacts_of_kind(&self, _: &str, _: &str) -> Result<Vec<StoredArtifact>, String> {
         Err("unused".into())
     }
     fn random(&self) -> u64 {

@@ -14,7 +14,10 @@ pub mod v2 {
     wit_bindgen::generate!({ world: "host-imports", path: "../../wit/since_v0.2.0", additional_derives: [PartialEq] });
 
     pub use evident::pipeline::{artifacts, generation, pages, retrieval, runtime, types};
-    use types::{ArtifactHit, Candidate, Crop, DocumentInfo, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Region, SearchMode, StoredArtifact};
+    use types::{
+        ArtifactHit, Candidate, Crop, DocumentInfo, GenerateRequest, Generation, LogLevel, OutlineEntry, PageContent, PageRef, Region, SearchMode,
+        StoredArtifact,
+    };
 
     /// The 0.2.0 host imports a method's logic uses, as a trait: [`Wasm`] calls the real
     /// ones; native unit tests supply their own (as `stage_kit::HostApi` does for 0.1.0).
@@ -22,6 +25,7 @@ pub mod v2 {
         fn document(&self, id: &str) -> Result<DocumentInfo, String>;
         fn page(&self, page: &PageRef) -> Result<PageContent, String>;
         fn regions(&self, page: &PageRef) -> Result<Vec<Region>, String>;
+        fn outline(&self, document: &str) -> Result<Vec<OutlineEntry>, String>;
         fn search(&self, query: &str, mode: SearchMode, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String>;
         fn search_weighted(&self, query: &str, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String>;
         fn similarities(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String>;
@@ -29,8 +33,10 @@ pub mod v2 {
         fn score_choices(&self, system: &str, prompt: &str, choices: &[String]) -> Result<Vec<f32>, String>;
         fn count_tokens(&self, text: &str) -> u32;
         fn has_thinking(&self) -> bool;
+        fn takes_images(&self) -> bool;
         fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String>;
         fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String>;
+        fn artifacts_of_kind(&self, document: &str, kind: &str) -> Result<Vec<StoredArtifact>, String>;
         fn random(&self) -> u64;
         fn log(&self, level: LogLevel, message: &str);
     }
@@ -48,6 +54,9 @@ pub mod v2 {
         }
         fn regions(&self, page: &PageRef) -> Result<Vec<Region>, String> {
             pages::regions(page)
+        }
+        fn outline(&self, document: &str) -> Result<Vec<OutlineEntry>, String> {
+            pages::outline(document)
         }
         fn search(&self, query: &str, mode: SearchMode, k: u32, documents: &[String]) -> Result<Vec<Candidate>, String> {
             retrieval::search(query, mode, k, documents)
@@ -70,11 +79,17 @@ pub mod v2 {
         fn has_thinking(&self) -> bool {
             generation::has_thinking()
         }
+        fn takes_images(&self) -> bool {
+            generation::takes_images()
+        }
         fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String> {
             artifacts::search(query, kind, mode, alpha, k, documents)
         }
         fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String> {
             artifacts::get(document, key)
+        }
+        fn artifacts_of_kind(&self, document: &str, kind: &str) -> Result<Vec<StoredArtifact>, String> {
+            artifacts::of_kind(document, kind)
         }
         fn random(&self) -> u64 {
             runtime::random()
@@ -134,6 +149,9 @@ pub mod v2 {
     }
 }
 
+#[cfg(feature = "fake")]
+pub mod fake;
+
 pub use evident::pipeline::{host, types};
 use types::{Candidate, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Param, SearchMode, StageContext};
 
@@ -190,8 +208,14 @@ pub fn says_not_answerable(text: &str) -> bool {
 
 /// A page's text cut to about `max_tokens` tokens (4 characters a token), at a word boundary.
 pub fn page_excerpt(content: &PageContent, max_tokens: u32) -> String {
+    text_excerpt(&content.text, max_tokens)
+}
+
+/// `text` with its whitespace tidied, cut to about `max_tokens` tokens (4 characters a token)
+/// at a word boundary, with " ..." where it was cut.
+pub fn text_excerpt(text: &str, max_tokens: u32) -> String {
     let limit = max_tokens as usize * 4;
-    let text = content.text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if text.len() <= limit {
         return text;
     }
@@ -365,6 +389,9 @@ mod tests {
             fn regions(&self, _: &super::v2::types::PageRef) -> Result<Vec<super::v2::types::Region>, String> {
                 Err("no".into())
             }
+            fn outline(&self, _: &str) -> Result<Vec<super::v2::types::OutlineEntry>, String> {
+                Err("no".into())
+            }
             fn search(&self, _: &str, _: super::v2::types::SearchMode, _: u32, _: &[String]) -> Result<Vec<super::v2::types::Candidate>, String> {
                 Err("no".into())
             }
@@ -386,6 +413,9 @@ mod tests {
             fn has_thinking(&self) -> bool {
                 false
             }
+            fn takes_images(&self) -> bool {
+                false
+            }
             fn search_artifacts(
                 &self,
                 _: &str,
@@ -398,6 +428,9 @@ mod tests {
                 Err("no".into())
             }
             fn artifact(&self, _: &str, _: &str) -> Result<Option<super::v2::types::StoredArtifact>, String> {
+                Err("no".into())
+            }
+            fn artifacts_of_kind(&self, _: &str, _: &str) -> Result<Vec<super::v2::types::StoredArtifact>, String> {
                 Err("no".into())
             }
             fn random(&self) -> u64 {
