@@ -4,7 +4,8 @@
 //! stale and `index` redoes it; `kill -9` during enrich leaves no half set and `index` resumes;
 //! hostile enrich stages each fail with one sentence while the document still lands; a crop a
 //! stage sends reaches an OpenAI-compatible server as the image of that region, and one that
-//! asks for the thinking model gets it; 0.1.0 stages answer beside 0.2.0 ones.
+//! asks for the thinking model gets it; 0.1.0 stages answer beside 0.2.0 ones; DocMemo's two
+//! stages build a document's schema at ingest and answer in rounds of belief-guided reading.
 
 mod common;
 
@@ -26,10 +27,16 @@ struct Setup {
 
 impl Setup {
     fn new(limits: &str) -> Setup {
+        Setup::over(".evident/test-plugins", limits, "")
+    }
+
+    /// A setup whose profiles find their components in `plugins` (under the repository root),
+    /// with `more` added to the configuration.
+    fn over(plugins: &str, limits: &str, more: &str) -> Setup {
         let dir = tempfile::tempdir().expect("temp dir");
-        let plugins = common::repo_root().join(".evident/test-plugins");
+        let plugins = common::repo_root().join(plugins);
         let config = format!(
-            "[plugins]\ndir = {:?}\nprofiles_dir = {:?}\n[plugins.limits]\n{limits}\n",
+            "{more}[plugins]\ndir = {:?}\nprofiles_dir = {:?}\n[plugins.limits]\n{limits}\n",
             plugins.to_str().expect("path"),
             dir.path().to_str().expect("path")
         );
@@ -405,4 +412,61 @@ fn a_crop_reaches_the_openai_server_as_the_image_of_that_region_and_thinking_rea
     s.profile("think", "", &thinking(false));
     let v: Value = serde_json::from_str(&s.ok(&["ask", "Answer plainly", "--profile", "think", "--json"])).expect("JSON");
     assert!(v["answer"].as_str().is_some_and(|a| a.starts_with("You said: Answer plainly")), "{v}");
+}
+
+#[test]
+fn docmemo_builds_a_schema_at_ingest_and_answers_in_rounds_citing_only_pages_it_read() {
+    // The bundled DocMemo stages with small numbers and the small model, so that the test
+    // takes seconds: generated summaries of a few words, two rounds of two pages. (The default
+    // model answers through every stage in tests/plugins.rs and tests/server.rs.)
+    let s = Setup::over(".evident/plugins", "timeout_s = 600", "[generator]\nmodel = \"smollm2-135m\"\n");
+    let text = "description = \"docmemo, small\"\n[retrieve]\nk = 2\nmode = \"hybrid\"\n\
+                [stages.enrich]\nplugin = \"docmemo-enrich\"\nparams = { summaries = true, page_tokens = 120, summary_tokens = 24 }\n\
+                [stages.memory]\nplugin = \"docmemo-memory\"\nparams = { rounds = 2, pages_per_round = 2, page_tokens = 150, answer_tokens = 32, query_tokens = 12 }\n";
+    std::fs::write(s.dir.path().join("docmemo-small.toml"), text).expect("profile");
+    let out = s.ok(&["ingest", "--no-images", common::bench_pdf(FILING).to_str().expect("path")]);
+    let doc = s.only_document();
+    assert!(out.contains(&format!("enriched {doc}  docmemo-enrich: ")), "{out}");
+
+    // The schema: a generated summary of every page with text, the document card.
+    let sets = s.sets(&doc);
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    let summaries = of_kind(&sets[0], "summary");
+    assert!(summaries.len() >= 4, "a summary of each page with text: {summaries:?}");
+    assert!(summaries.iter().all(|a| !a["text"].as_str().expect("text").trim().is_empty()));
+    assert!(summaries.iter().all(|a| a["fields"][0] == serde_json::json!(["source", "generated"])), "{summaries:?}");
+    let cards = of_kind(&sets[0], "doc-card");
+    assert_eq!(cards.len(), 1, "{:?}", sets[0]);
+    assert!(sets[0]["llm_calls"].as_u64().expect("calls") >= 4, "the summaries' model calls are counted: {}", sets[0]);
+
+    let question = "At the Pepsico AGM held on May 3, 2023, what was the outcome of the shareholder vote on the proposal for a congruency report on net-zero emissions policies?";
+    let v: Value = serde_json::from_str(&s.ok(&["ask", "--profile", "docmemo-small", "--json", question])).expect("JSON");
+    let log: Vec<&str> = v["log"].as_array().expect("log").iter().map(|l| l.as_str().expect("line")).collect();
+    // Each round logs its beliefs, then what it read; no page is read twice, at most two rounds.
+    let beliefs: Vec<&&str> = log.iter().filter(|l| l.starts_with("beliefs round ")).collect();
+    assert!(beliefs[0].starts_with("beliefs round 1 (λ = 0, "), "{log:?}");
+    assert!(beliefs.iter().all(|l| l.contains(" (α ") && l.contains(", β ")), "{beliefs:?}");
+    let rounds: Vec<Vec<u64>> = log
+        .iter()
+        .filter_map(|l| l.strip_prefix("round "))
+        .map(|l| {
+            let pages = l.split_once("read pages ").expect("pages").1.split(';').next().expect("list");
+            pages.split(", ").map(|p| p.parse().expect("a page number")).collect()
+        })
+        .collect();
+    assert!((1..=2).contains(&rounds.len()) && rounds.len() == beliefs.len(), "{log:?}");
+    let read: Vec<u64> = rounds.concat();
+    let mut once = read.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(once.len(), read.len(), "a page is read in one round only: {log:?}");
+    // The final page order: the retrieve step's pages, then those later rounds read.
+    let ranked: Vec<u64> = v["ranked_pages"].as_array().expect("ranked").iter().map(|p| p[1].as_u64().expect("page")).collect();
+    assert!(read.iter().all(|p| ranked.contains(p)), "{ranked:?} holds every page read: {read:?}");
+    // Citations name only pages a round read; an answer nobody supports cites nothing.
+    let cited: Vec<u64> = v["evidence"].as_array().expect("evidence").iter().map(|e| e["page"].as_u64().expect("page")).collect();
+    assert!(cited.iter().all(|p| read.contains(p)), "cited {cited:?}, read {read:?}");
+    if v["answerable"] == false {
+        assert!(cited.is_empty() && rounds.len() == 2, "not answerable after every round: {v}");
+    }
 }

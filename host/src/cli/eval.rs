@@ -32,8 +32,10 @@ pub struct EvalArgs {
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Answer the questions with these profiles (repeatable) and compare retrieval and answer
-    /// accuracy side by side, instead of ranking pages only.
+    /// Answer the questions with these profiles (repeatable) and compare retrieval (on each
+    /// profile's final page order: the retrieve step's, then pages its answer stage found and
+    /// read), answer accuracy, rounds, model calls and tokens side by side, instead of ranking
+    /// pages only.
     #[arg(long = "profile")]
     profiles: Vec<String>,
     /// With --profile: at most this many questions, taken in turn from each source.

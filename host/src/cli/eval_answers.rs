@@ -85,8 +85,8 @@ fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
         header.push_str(&format!(" {:>7}", format!("R@{k}")));
     }
     header.push_str(&format!(
-        " {:>7} {:>9} {:>11} {:>11} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9}",
-        "MRR@10", "accuracy", "abstain-NA", "abstain-A", "errors", "s/q", "p50 s", "calls/q", "tokens/q", "reused/q"
+        " {:>7} {:>9} {:>11} {:>11} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9}",
+        "MRR@10", "accuracy", "abstain-NA", "abstain-A", "errors", "s/q", "p50 s", "rounds/q", "calls/q", "tokens/q", "reused/q"
     ));
     println!("{header}");
     for (name, r) in rows {
@@ -97,7 +97,7 @@ fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
         let (mean_s, p50_s) = r.seconds();
         let (calls, tokens, reused) = r.per_question_costs();
         line.push_str(&format!(
-            " {:>7.3} {:>9.3} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>8.1} {:>9.0} {:>9.0}",
+            " {:>7.3} {:>9.3} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>8.2} {:>8.1} {:>9.0} {:>9.0}",
             r.mrr(),
             r.accuracy(),
             format!("{}/{}", r.abstained_right, r.unanswerable),
@@ -105,6 +105,7 @@ fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
             r.failed,
             mean_s,
             p50_s,
+            r.rounds(),
             calls,
             tokens,
             reused

@@ -37,6 +37,26 @@ pub struct AnswerRecord {
     /// The pipeline's final page order (0 for a page of another document).
     pub ranked: Vec<u32>,
     pub evidence_pages: Vec<u32>,
+    /// Rounds of reading the answer stage went through (see [`rounds_in`]).
+    #[serde(default = "one_round")]
+    pub rounds: u32,
+}
+
+fn one_round() -> u32 {
+    1
+}
+
+/// The rounds a run's log shows: its lines "round N read pages ..." (what a stage that reads in
+/// rounds, DocMemo's, logs for each), or 1 for a stage that logs none.
+pub fn rounds_in(log: &[String]) -> u32 {
+    let rounds = log
+        .iter()
+        .filter(|l| {
+            l.strip_prefix("round ")
+                .is_some_and(|rest| rest.split_once(' ').is_some_and(|(n, tail)| n.parse::<u32>().is_ok() && tail.starts_with("read pages")))
+        })
+        .count();
+    (rounds as u32).max(1)
 }
 
 /// Asks `question` of `doc` with `profile` (named `name`) and scores the answer.
@@ -64,6 +84,7 @@ pub fn answer_question(
         reused_tokens: 0,
         ranked: Vec::new(),
         evidence_pages: question.evidence_pages.clone(),
+        rounds: 1,
     };
     match outcome {
         Ok(o) => {
@@ -74,6 +95,7 @@ pub fn answer_question(
             record.tokens = o.tokens;
             record.reused_tokens = o.reused_tokens;
             record.ranked = o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).collect();
+            record.rounds = rounds_in(&o.log);
         }
         Err(e) => {
             record.predicted = format!("error: {e}");
@@ -139,6 +161,7 @@ pub struct AnswerRow {
     llm_calls: u64,
     tokens: u64,
     reused_tokens: u64,
+    rounds: u64,
     /// Unanswerable questions, and those of them the profile said were not answerable.
     pub unanswerable: usize,
     pub abstained_right: usize,
@@ -157,6 +180,7 @@ impl AnswerRow {
         self.llm_calls += r.llm_calls;
         self.tokens += r.tokens;
         self.reused_tokens += r.reused_tokens;
+        self.rounds += u64::from(r.rounds);
         if !r.failed {
             match (answerable, r.predicted == ABSTAINED) {
                 (false, abstained) => {
@@ -205,6 +229,11 @@ impl AnswerRow {
         (self.per_question(self.seconds.iter().sum()), percentile(&self.seconds, 0.5))
     }
 
+    /// Rounds of reading per question.
+    pub fn rounds(&self) -> f64 {
+        self.per_question(self.rounds as f64)
+    }
+
     /// Model calls, tokens and reused prompt tokens per question.
     pub fn per_question_costs(&self) -> (f64, f64, f64) {
         (self.per_question(self.llm_calls as f64), self.per_question(self.tokens as f64), self.per_question(self.reused_tokens as f64))
@@ -240,7 +269,18 @@ mod tests {
             reused_tokens: 10,
             ranked,
             evidence_pages: gold,
+            rounds: 1,
         }
+    }
+
+    #[test]
+    fn rounds_are_the_stage_s_round_lines_or_one() {
+        let log = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        assert_eq!(rounds_in(&log(&["clue: page 3", "difficulty: d = 0"])), 1);
+        assert_eq!(
+            rounds_in(&log(&["beliefs round 1 (λ = 0)", "round 1 read pages 4, 5; useful none", "round 2 read pages 9; useful 9", "round two read pages"])),
+            2
+        );
     }
 
     #[test]

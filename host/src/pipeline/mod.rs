@@ -110,8 +110,8 @@ pub struct Outcome {
     pub completion_tokens: u64,
     /// Of `prompt_tokens`, those read from an earlier prompt's cache instead of computed.
     pub reused_tokens: u64,
-    /// The question's pages in the order the pipeline settled on (after rerank), for retrieval
-    /// metrics.
+    /// The question's pages in the order the pipeline settled on (after rerank), then those the
+    /// answer stage found by its own searches and read, for retrieval metrics.
     pub ranked_pages: Vec<(String, u32)>,
     /// Lines the stages logged.
     pub log: Vec<String>,
@@ -298,6 +298,7 @@ pub fn run_observed(
 
     // Answer.
     let (name, component) = profile.components.get(&StageKind::Memory).ok_or_else(|| PipelineError::NoAnswerStage(p.name.clone()))?;
+    host.explore();
     let answer = rec.step(
         "memory",
         name,
@@ -309,7 +310,15 @@ pub fn run_observed(
         },
     );
     let answer = answer.map_err(stage_err(StageKind::Memory, name))?;
-    let ranked_pages = evidence.first().map(|e| e.evidence.iter().map(|c| (c.page.document.clone(), c.page.page)).collect()).unwrap_or_default();
+    // The retrieve step's order (after rerank), then the pages the answer stage found and read
+    // on its own, in the order it read them.
+    let mut ranked_pages: Vec<(String, u32)> =
+        evidence.first().map(|e| e.evidence.iter().map(|c| (c.page.document.clone(), c.page.page)).collect()).unwrap_or_default();
+    for page in host.explored() {
+        if !ranked_pages.iter().any(|(d, n)| *d == page.document && *n == page.page) {
+            ranked_pages.push((page.document, page.page));
+        }
+    }
     let cited = cite(&host, &answer).map_err(stage_err(StageKind::Memory, name))?;
     let uncited = (answer.answerable && cited.is_empty()).then(|| UNCITED.to_string());
     let notice = [unindexed_notice(host.unindexed()), uncited].into_iter().flatten().collect::<Vec<_>>();

@@ -41,6 +41,14 @@ pub struct Services {
     pub pdf: Option<crate::ingest::PdfWorker>,
 }
 
+/// What [`RequestHost::explore`] records.
+#[derive(Default)]
+struct Exploration {
+    on: bool,
+    found: std::collections::HashSet<(String, u32)>,
+    read: Vec<PageRef>,
+}
+
 /// The host side of one request: its scope, its seeded random source and its counters.
 pub struct RequestHost {
     services: Arc<Services>,
@@ -58,6 +66,9 @@ pub struct RequestHost {
     /// The caches of this request's prompts, for its later prompts that start the same way.
     pub prompts: PromptCache,
     log: Mutex<Vec<String>>,
+    /// Pages the answer stage found by its own searches and then read (see
+    /// [`RequestHost::explore`]).
+    exploration: Mutex<Exploration>,
     /// Set when nobody waits for the answer any more (a timeout, a closed connection): the
     /// next host call fails, so the run ends at its next step instead of running on.
     cancelled: AtomicBool,
@@ -77,7 +88,27 @@ impl RequestHost {
             usage: Usage::default(),
             artifacts: OnceLock::new(),
             log: Mutex::new(Vec::new()),
+            exploration: Mutex::new(Exploration::default()),
             cancelled: AtomicBool::new(false),
+        }
+    }
+
+    /// From now on, records the pages that stages find by their own searches and then read, in
+    /// the order they read them: an answer stage that explores (DocMemo's rounds) reads pages
+    /// the retrieve step never ranked, and they belong in the request's final page order.
+    pub fn explore(&self) {
+        crate::error::lock(&self.exploration).on = true;
+    }
+
+    /// The pages recorded since [`RequestHost::explore`], in the order they were first read.
+    pub fn explored(&self) -> Vec<PageRef> {
+        crate::error::lock(&self.exploration).read.clone()
+    }
+
+    fn found(&self, hits: &[Candidate]) {
+        let mut e = crate::error::lock(&self.exploration);
+        if e.on {
+            e.found.extend(hits.iter().map(|c| (c.page.document.clone(), c.page.page)));
         }
     }
 
@@ -208,6 +239,12 @@ impl StageHost for RequestHost {
 
     fn page(&self, page: PageRef) -> HostResult<types::PageContent> {
         let record = self.page_in_scope(&page)?;
+        {
+            let mut e = crate::error::lock(&self.exploration);
+            if e.on && e.found.contains(&(page.document.clone(), page.page)) && !e.read.contains(&page) {
+                e.read.push(page.clone());
+            }
+        }
         Ok(capabilities::page_content(&record, page))
     }
 
@@ -223,7 +260,9 @@ impl StageHost for RequestHost {
 
     fn search(&self, query: String, mode: types::SearchMode, k: u32, documents: Vec<String>) -> HostResult<Vec<Candidate>> {
         let docs = self.scope(&documents)?;
-        Ok(self.rank(&[query.as_str()], mode_of(mode), 0.5, k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
+        let hits = self.rank(&[query.as_str()], mode_of(mode), 0.5, k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0);
+        self.found(&hits);
+        Ok(hits)
     }
 
     fn search_weighted(&self, query: String, alpha: f32, k: u32, documents: Vec<String>) -> HostResult<Vec<Candidate>> {
@@ -231,7 +270,9 @@ impl StageHost for RequestHost {
             return Err(HostFailure::Refused(format!("alpha must lie in [0, 1], not {alpha}")));
         }
         let docs = self.scope(&documents)?;
-        Ok(self.rank(&[query.as_str()], SearchMode::Hybrid, alpha, k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0))
+        let hits = self.rank(&[query.as_str()], SearchMode::Hybrid, alpha, k.clamp(1, self.services.limits.max_pages_per_search), &docs)?.remove(0);
+        self.found(&hits);
+        Ok(hits)
     }
 
     fn similarities(&self, query: String, texts: Vec<String>) -> HostResult<Vec<f32>> {
