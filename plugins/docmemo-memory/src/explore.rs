@@ -61,13 +61,15 @@ pub struct Round {
 }
 
 impl Round {
-    /// The note n_t later rounds read.
-    pub fn note(&self, number: usize) -> String {
+    /// The note later rounds read: what the round searched for (its refined query q̂; none for
+    /// the first, which searched for the question), what it read and what that gave (n_t).
+    pub fn note(&self, number: usize, question: &str) -> String {
         let pages = page_list(&self.read);
+        let searched = if self.query == question { String::new() } else { format!(" (searching for \"{}\")", self.query) };
         match &self.answer {
-            None => format!("Round {number} read pages {pages}: they do not answer the question."),
-            Some(a) if self.useful.is_empty() => format!("Round {number} read pages {pages}: they suggested \"{a}\", but no page showed it."),
-            Some(a) => format!("Round {number} read pages {pages}: pages {} gave \"{a}\".", page_list(&self.useful)),
+            None => format!("Round {number}{searched} read pages {pages}: they do not answer the question."),
+            Some(a) if self.useful.is_empty() => format!("Round {number}{searched} read pages {pages}: they suggested \"{a}\", but no page showed it."),
+            Some(a) => format!("Round {number}{searched} read pages {pages}: pages {} gave \"{a}\".", page_list(&self.useful)),
         }
     }
 }
@@ -160,7 +162,7 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
             texts.push(full);
             crops.extend(page_crops);
         }
-        let notes: String = episodes.iter().enumerate().map(|(i, e)| format!("- {}\n", e.note(i + 1))).collect();
+        let notes: String = episodes.iter().enumerate().map(|(i, e)| format!("- {}\n", e.note(i + 1, question))).collect();
         let notes = if notes.is_empty() { String::new() } else { format!("What earlier rounds found:\n{notes}\n") };
         let prompt = format!("{notes}{prompt_pages}Question: {question}\nAnswer (cite pages as [n]):");
         let mut request = text_request(SYSTEM, &prompt, s.answer_tokens, s.temperature);
@@ -196,7 +198,7 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
         episodes.push(round);
         if !na && !cited.is_empty() {
             let citations = cited.iter().map(|p| Citation { page: page_ref(p), blocks: Vec::new(), quote: String::new() }).collect();
-            return Ok(Answer { text, answerable: true, citations, notes: notes_of(&episodes) });
+            return Ok(Answer { text, answerable: true, citations, notes: notes_of(&episodes, question) });
         }
         if !na {
             tentative = Some(text);
@@ -207,13 +209,13 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
     }
     Ok(match tentative {
         // An answer no page showed: given, and cited to nothing (the host says so).
-        Some(text) => Answer { text, answerable: true, citations: Vec::new(), notes: notes_of(&episodes) },
-        None => Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: Vec::new(), notes: notes_of(&episodes) },
+        Some(text) => Answer { text, answerable: true, citations: Vec::new(), notes: notes_of(&episodes, question) },
+        None => Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: Vec::new(), notes: notes_of(&episodes, question) },
     })
 }
 
-fn notes_of(episodes: &[Round]) -> String {
-    episodes.iter().enumerate().map(|(i, e)| e.note(i + 1)).collect::<Vec<_>>().join("\n")
+fn notes_of(episodes: &[Round], question: &str) -> String {
+    episodes.iter().enumerate().map(|(i, e)| e.note(i + 1, question)).collect::<Vec<_>>().join("\n")
 }
 
 /// The trace's line of a round's beliefs: each chosen page's α, β, draw, retrieval score.
@@ -248,7 +250,7 @@ fn refine(state: &mut State<'_, impl Host>, beliefs: &BeliefMemory, read: &BTree
         }
     }
     let hints = if hints.is_empty() { String::new() } else { format!("Pages not read yet:\n{hints}\n") };
-    let notes: String = episodes.iter().enumerate().map(|(i, e)| format!("- {}\n", e.note(i + 1))).collect();
+    let notes: String = episodes.iter().enumerate().map(|(i, e)| format!("- {}\n", e.note(i + 1, question))).collect();
     let prompt = format!(
         "{schema_text}{hints}Question: {question}\nWhat the search found so far:\n{notes}\n\
          Write one short search query (a few words) for the information still missing. Query:"

@@ -151,7 +151,11 @@ fn after_every_round_finds_nothing_the_answer_is_not_answerable_and_cites_nothin
     let host = host(|r| if r.system == explore::SYSTEM { "NOT_ANSWERABLE".into() } else { "nothing useful".into() });
     let answer = explore::answer(&host, &settings(), "q").expect("answers");
     assert!(!answer.answerable && answer.citations.is_empty());
-    assert_eq!(host.asked.borrow().len(), 5, "three rounds and two refinements");
+    let asked = host.asked.borrow();
+    assert_eq!(asked.len(), 5, "three rounds and two refinements");
+    // Episodic memory: each later round's note names the query it searched for.
+    assert!(asked[4].prompt.contains("- Round 2 (searching for \"nothing useful\") read pages "), "{}", asked[4].prompt);
+    assert!(asked[4].prompt.contains("- Round 1 read pages 1, 2, 3, 4, 5: they do not answer"), "{}", asked[4].prompt);
     let rounds = host.logged.borrow().iter().filter(|l| l.starts_with("round ")).count();
     assert_eq!(rounds, 3);
     // Three rounds of five pages, no page read twice.
