@@ -10,9 +10,9 @@
 //!   pages within r = 2 of a useful one grows by γ^|j−i|, γ = 0.5; each round's pages are the
 //!   best λθ + (1−λ)r, with θ ~ Beta(α, β) from the request's seeded source, r the round's
 //!   retrieval score and λ = [0, .3, .6, .6] by round.
-//! - **Question Episodic Memory** ([`explore`]): a note per round (pages read, what they gave)
-//!   and the refined query of the next round, which its note names; at most 3 rounds, stopping at the first answer a
-//!   page supports.
+//! - **Question Episodic Memory** ([`explore`]): a note per round (the query it searched for,
+//!   the pages it read, what they gave) and the refined query of the next round; at most 3
+//!   rounds, stopping at the first answer a page supports.
 //!
 //! Where this differs from the paper (README, "Where docmemo differs from the paper"): the
 //! reasoner reads page text (crops of dense regions go along only when the generator takes
