@@ -7,10 +7,14 @@ mod dense_cpu;
 mod gelu_cpu;
 mod gpu;
 mod maxsim;
+#[cfg(target_arch = "x86_64")]
+mod maxsim_avx512;
+mod maxsim_candidates;
 mod maxsim_cpu;
 mod maxsim_gpu;
 mod quant;
 pub mod testing;
+mod token_pooling;
 mod topk;
 mod wgsl_layout;
 
@@ -20,7 +24,9 @@ pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention
 pub use gelu_cpu::{gelu_in_place, gelu_reference};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
+pub use maxsim_candidates::{Codebook, PageCodes, candidates, centroid_scores, two_stage_top_k};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};
 pub use maxsim_gpu::{DevicePages, MaxSimKernel};
 pub use quant::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, vnni_rounded};
+pub use token_pooling::pool_tokens;
 pub use topk::top_k;

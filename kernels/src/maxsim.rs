@@ -20,6 +20,14 @@ impl PageVectors {
         PageVectors { dim, data: Vec::new(), offsets: vec![0] }
     }
 
+    /// An empty set with room for `pages` pages of `tokens` token vectors in all, so that
+    /// filling it never copies what it holds.
+    pub fn with_capacity(dim: usize, pages: usize, tokens: usize) -> PageVectors {
+        let mut offsets = Vec::with_capacity(pages + 1);
+        offsets.push(0);
+        PageVectors { dim, data: Vec::with_capacity(tokens * dim), offsets }
+    }
+
     /// Appends a page; `vectors` holds `tokens * dim` values, token after token.
     pub fn push_page(&mut self, vectors: &[f32]) {
         assert_eq!(vectors.len() % self.dim.max(1), 0, "page vectors must be whole tokens");

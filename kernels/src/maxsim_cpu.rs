@@ -1,6 +1,7 @@
 //! MaxSim on the CPU: the path for boxes without a real GPU.
 //!
-//! The query tokens of the whole batch are laid out transposed (`dim` rows of `lanes`), so that
+//! Where the CPU has AVX-512, `maxsim_avx512` scores sixteen page tokens to a register.
+//! Elsewhere the query tokens of the whole batch are laid out transposed (`dim` rows of `lanes`), so that
 //! each page token is broadcast against 24 query lanes at a time and every multiply-add does
 //! useful work: a small matrix product with a running maximum instead of a sum. Pages are split
 //! between threads; page tokens are converted from f16 four at a time into a scratch block.
@@ -23,6 +24,10 @@ pub struct MaxSimCpu {
 
 /// Which SIMD path the CPU scorer takes on this machine.
 pub fn cpu_features() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if crate::maxsim_avx512::available() {
+        return "avx512f";
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         return "avx2+fma";
@@ -72,20 +77,30 @@ impl MaxSimCpu {
 
     /// Scores every page against every query: `scores[page * queries + query]`.
     pub fn score(&self, pages: &PageVectors, queries: &QueryBatch) -> Vec<f32> {
+        let all: Vec<usize> = (0..pages.page_count()).collect();
+        self.score_subset(pages, queries, &all)
+    }
+
+    /// Scores the pages `ids` against every query: `scores[i * queries + query]` for page
+    /// `ids[i]` (the exact stage after a candidate stage).
+    pub fn score_subset(&self, pages: &PageVectors, queries: &QueryBatch, ids: &[usize]) -> Vec<f32> {
         assert_eq!(pages.dim(), queries.dim(), "pages and queries differ in dimension");
         let nq = queries.query_count();
-        let np = pages.page_count();
+        let np = ids.len();
         let mut scores = vec![0.0f32; np * nq];
         if np == 0 || nq == 0 {
             return scores;
         }
-        let tq = TransposedQueries::new(queries);
+        let layout = QueryLayout::new(queries);
         // Split by tokens, not pages, so that threads get equal work.
-        let per_thread = pages.token_count().div_ceil(self.threads).max(1);
+        let total: usize = ids.iter().map(|&p| pages.token_range(p).len()).sum();
+        let per_thread = total.div_ceil(self.threads).max(1);
         let mut bounds = vec![0usize];
-        for p in 0..np {
-            if pages.offsets()[p + 1] as usize >= per_thread * bounds.len() && bounds.len() < self.threads {
-                bounds.push(p + 1);
+        let mut seen = 0;
+        for (i, &p) in ids.iter().enumerate() {
+            seen += pages.token_range(p).len();
+            if seen >= per_thread * bounds.len() && bounds.len() < self.threads {
+                bounds.push(i + 1);
             }
         }
         if *bounds.last().unwrap_or(&0) != np {
@@ -96,21 +111,48 @@ impl MaxSimCpu {
             for w in bounds.windows(2) {
                 let (chunk, tail) = rest.split_at_mut((w[1] - w[0]) * nq);
                 rest = tail;
-                let tq = &tq;
-                let range = w[0]..w[1];
-                s.spawn(move || score_pages(pages, queries, tq, range, chunk));
+                let layout = &layout;
+                let part = &ids[w[0]..w[1]];
+                s.spawn(move || layout.score_pages(pages, queries, part, chunk));
             }
         });
         scores
     }
 }
 
-fn score_pages(pages: &PageVectors, queries: &QueryBatch, tq: &TransposedQueries, range: std::ops::Range<usize>, out: &mut [f32]) {
+/// The queries laid out for the path this CPU takes.
+enum QueryLayout {
+    #[cfg(target_arch = "x86_64")]
+    Avx512(crate::maxsim_avx512::QueryGroups),
+    Lanes(TransposedQueries),
+}
+
+impl QueryLayout {
+    fn new(queries: &QueryBatch) -> QueryLayout {
+        #[cfg(target_arch = "x86_64")]
+        if crate::maxsim_avx512::available() {
+            return QueryLayout::Avx512(crate::maxsim_avx512::QueryGroups::new(queries));
+        }
+        QueryLayout::Lanes(TransposedQueries::new(queries))
+    }
+
+    fn score_pages(&self, pages: &PageVectors, queries: &QueryBatch, ids: &[usize], out: &mut [f32]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: this layout is made only where AVX-512F is available; `out` holds the
+            // pages' scores for every query.
+            QueryLayout::Avx512(groups) => unsafe { crate::maxsim_avx512::score_pages(pages, queries, groups, ids, out) },
+            QueryLayout::Lanes(tq) => score_pages(pages, queries, tq, ids, out),
+        }
+    }
+}
+
+fn score_pages(pages: &PageVectors, queries: &QueryBatch, tq: &TransposedQueries, ids: &[usize], out: &mut [f32]) {
     let dim = pages.dim();
     let nq = queries.query_count();
     let mut best = vec![f32::NEG_INFINITY; tq.lanes];
     let mut block = vec![0.0f32; TOKEN_BLOCK * dim];
-    for (i, p) in range.enumerate() {
+    for (i, &p) in ids.iter().enumerate() {
         let page = pages.page(p);
         let ntok = page.len() / dim.max(1);
         best.iter_mut().for_each(|b| *b = f32::NEG_INFINITY);
@@ -228,6 +270,16 @@ mod tests {
             }
             let want = maxsim_reference(&pages, &queries);
             assert_all_close("MaxSim on the CPU", &MaxSimCpu::new(threads).score(&pages, &queries), &want, 1e-4, 1e-4);
+            // The lane path (AVX2 where the CPU has it) too, even where AVX-512 is taken.
+            let mut lanes = vec![f32::NAN; want.len()];
+            let all: Vec<usize> = (0..pages.page_count()).collect();
+            QueryLayout::Lanes(TransposedQueries::new(&queries)).score_pages(&pages, &queries, &all, &mut lanes);
+            assert_all_close("MaxSim on the CPU's lane path", &lanes, &want, 1e-4, 1e-4);
+            // A subset, out of order and with a page twice, gets the same rows.
+            let nq = queries.query_count();
+            let ids: Vec<usize> = (0..pages.page_count()).rev().step_by(2).chain([0]).collect();
+            let rows: Vec<f32> = ids.iter().flat_map(|&p| want[p * nq..(p + 1) * nq].iter().copied()).collect();
+            assert_all_close("MaxSim on a subset", &MaxSimCpu::new(threads).score_subset(&pages, &queries, &ids), &rows, 1e-4, 1e-4);
             // The portable path too, whatever this CPU supports.
             let tq = TransposedQueries::new(&queries);
             let mut best = vec![f32::NEG_INFINITY; tq.lanes];
