@@ -45,6 +45,12 @@ impl Fixture {
             encoder: Arc::new(TextEncoder::load(&models.join("all-minilm-l6-v2"), &cpu.device).expect("encoder")),
             maxsim: Arc::new(MaxSimBackend::Cpu(evident_kernels::MaxSimCpu::default())),
             vectors: Arc::new(evident::retrieval::PageVectorCache::new(64)),
+            token_pool_factor: 1,
+            candidates: Arc::new(evident::retrieval::CandidateStage::new(evident::retrieval::CandidateSettings {
+                min_pages: 0,
+                per_question: 1000,
+                centroids: 1024,
+            })),
             generator: Arc::new(EmbeddedGenerator::load(&models.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"), &cpu).expect("generator")),
             thinking: None,
             generator_images: false,

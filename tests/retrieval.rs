@@ -153,3 +153,65 @@ fn check_finds_an_index_that_disagrees_with_its_document_and_repair_mends_it() {
     assert!(app.ok(&["check"]).contains("consistent"));
     assert_eq!(search(&app, "personality", "bm25", &["--doc", "2303.05039v2.pdf"]).len(), 5);
 }
+
+/// The page-token vectors `evident bench search` counts over every stored document.
+fn stored_vectors(app: &Appliance, config: Option<&std::path::Path>) -> u64 {
+    let pages: u64 = app.docs().iter().map(|d| d["page_count"].as_u64().expect("page count")).sum();
+    let mut args = Vec::new();
+    if let Some(c) = config {
+        args.extend(["--config".to_string(), c.display().to_string()]);
+    }
+    args.extend(["bench", "search", "--pages", &pages.to_string(), "--runs", "1", "--k", "3"].map(String::from));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = app.ok(&refs);
+    let line = out.lines().find(|l| l.contains("page-token vectors")).unwrap_or_else(|| panic!("no vector count in {out}"));
+    line.split(", ").find_map(|part| part.strip_suffix(" page-token vectors")?.parse().ok()).unwrap_or_else(|| panic!("no vector count in {line}"))
+}
+
+#[test]
+fn pooled_vectors_and_the_candidate_stage_keep_the_top_pages() {
+    let app = indexed_appliance();
+    let pages: u64 = app.docs().iter().map(|d| d["page_count"].as_u64().expect("page count")).sum();
+    let question = "Amazon-beauty and Amazon-music personality datasets statistics";
+    let page_ids = |hits: &[serde_json::Value]| {
+        hits.iter().map(|h| (h["doc"].as_str().unwrap_or_default().to_string(), h["page"].as_u64().unwrap_or(0))).collect::<Vec<_>>()
+    };
+    let exact = page_ids(&search(&app, question, "maxsim", &[]));
+    let before = stored_vectors(&app, None);
+
+    // Pooling by 2, and a candidate stage for every search that scores 8 pages exactly.
+    let config = app.data.path().join("pooled.toml");
+    std::fs::write(&config, "[ingest]\ntoken_pool_factor = 2\n[compute]\ncandidate_stage_pages = 1\ncandidates_per_question = 8\ncentroids = 64\n")
+        .expect("config");
+    let c = config.display().to_string();
+    let out = app.ok(&["--config", &c, "index"]);
+    assert!(out.contains("2 indexed"), "a new pool factor pools the stored vectors: {out}");
+    let out = app.ok(&["--config", &c, "index"]);
+    assert!(out.contains("0 indexed, 2 already up to date"), "{out}");
+    let after = stored_vectors(&app, Some(&config));
+    // Each page keeps ceil(n / 2) of its n vectors.
+    assert!(after * 2 >= before && after * 2 <= before + 2 * pages, "{before} vectors pooled by 2 became {after}");
+    app.ok(&["check"]);
+
+    // The pooled vectors still find the page exact search put first, among their top 3.
+    let pooled = page_ids(&search(&app, question, "maxsim", &[]));
+    assert!(pooled[..3].contains(&exact[0]), "before pooling {exact:?}, after {pooled:?}");
+    // Through the candidate stage: with every page a candidate, exactly the exact search's top
+    // 3; with 8 pages a question, most of it (each question's own centroid scores pick them).
+    let kept = |candidates: &str| -> (u64, u64) {
+        let n = pages.to_string();
+        let out = app.ok(&["--config", &c, "bench", "search", "--pages", &n, "--runs", "1", "--k", "3", "--candidates", candidates, "--centroids", "64"]);
+        let line = out.lines().find(|l| l.contains("it keeps")).unwrap_or_else(|| panic!("no candidate line in {out}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "keeps").expect("keeps");
+        (words[at + 1].parse().expect("kept"), words[at + 3].parse::<u64>().unwrap_or(0))
+    };
+    let (all, _) = kept("1000");
+    assert_eq!(all, 18, "every page a candidate: the exact top 3 of 6 questions");
+    let (some, _) = kept("8");
+    assert!(some >= 12, "8 candidates a question keep {some} of the exact top-3 pages of 6 questions");
+    // Back to factor 1, `index` encodes the pages again.
+    let out = app.ok(&["index"]);
+    assert!(out.contains("2 indexed"), "{out}");
+    assert_eq!(stored_vectors(&app, None), before);
+}

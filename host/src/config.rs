@@ -132,6 +132,20 @@ pub struct ComputeConfig {
     pub backend: ComputeBackend,
     /// Memory for page vectors kept between questions, in MiB (0: read them for every search).
     pub vector_cache_mib: u64,
+    /// CPU MaxSim searches over at least this many pages first pick candidates by centroid
+    /// codes (0: always exact).
+    pub candidate_stage_pages: usize,
+    /// Pages each question scores exactly after the candidate stage.
+    pub candidates_per_question: usize,
+    /// Centroids of the candidate stage's codebook.
+    pub centroids: usize,
+}
+
+impl ComputeConfig {
+    /// The candidate stage's settings.
+    pub fn candidates(&self) -> crate::retrieval::CandidateSettings {
+        crate::retrieval::CandidateSettings { min_pages: self.candidate_stage_pages, per_question: self.candidates_per_question, centroids: self.centroids }
+    }
 }
 
 /// `[server]`
@@ -191,6 +205,8 @@ pub struct IngestConfig {
     pub max_pages: u32,
     /// Uploaded documents read at once by `evident serve`.
     pub parallel_reads: usize,
+    /// Each page's token vectors are clustered into one per this many (1: all kept).
+    pub token_pool_factor: u32,
 }
 
 /// The folder relative paths in the configuration resolve against: `EVIDENT_HOME` when set;
@@ -234,6 +250,7 @@ impl ApplianceConfig {
         let i = &self.ingest;
         let at_least_one = [
             ("server.max_running", self.server.max_running as u64),
+            ("compute.candidates_per_question", self.compute.candidates_per_question as u64),
             ("server.request_timeout_s", self.server.request_timeout_s),
             ("ingest.parallel_reads", i.parallel_reads as u64),
             ("ingest.open_timeout_s", i.open_timeout_s),
@@ -263,6 +280,12 @@ impl ApplianceConfig {
         }
         if i.worker_memory_mib < 256 {
             return Err(format!("ingest.worker_memory_mib is {}; PDFium needs at least 256", i.worker_memory_mib));
+        }
+        if !(1..=65536).contains(&self.compute.centroids) {
+            return Err(format!("compute.centroids is {}; it must be between 1 and 65536", self.compute.centroids));
+        }
+        if !(1..=8).contains(&i.token_pool_factor) {
+            return Err(format!("ingest.token_pool_factor is {}; it must be between 1 (no pooling) and 8", i.token_pool_factor));
         }
         if !(16..=8192).contains(&i.page_image_max_px) {
             return Err(format!("ingest.page_image_max_px is {}; it must be between 16 and 8192", i.page_image_max_px));
@@ -322,6 +345,9 @@ mod tests {
                 "plugins.limits.timeout_s (61) is longer than server.request_timeout_s (60)",
             ),
             ("[ingest]\npage_image_max_px = 100000\n", "ingest.page_image_max_px is 100000"),
+            ("[ingest]\ntoken_pool_factor = 0\n", "ingest.token_pool_factor is 0"),
+            ("[compute]\ncentroids = 70000\n", "compute.centroids is 70000"),
+            ("[ingest]\ntoken_pool_factor = 9\n", "ingest.token_pool_factor is 9"),
         ] {
             std::fs::write(&path, text).expect("write");
             let err = ApplianceConfig::load(Some(&path)).expect_err(text).to_string();

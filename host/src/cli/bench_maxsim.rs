@@ -39,7 +39,11 @@ fn peak_gflops() -> (f64, String) {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
         .unwrap_or(2000.0);
-    let lanes = if cpu_features() == "avx2+fma" { 8.0 } else { 4.0 };
+    let lanes = match cpu_features() {
+        "avx512f" => 16.0,
+        "avx2+fma" => 8.0,
+        _ => 4.0,
+    };
     let gf = cores * mhz / 1000.0 * 2.0 * lanes * 2.0;
     (gf, format!("{cores} cores x {mhz:.0} MHz x 2 FMA units x {lanes} f32 lanes (the path's vector width) x 2"))
 }

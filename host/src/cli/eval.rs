@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use evident::eval::{RankingReport, load_questions, score_rankings};
-use evident::retrieval::{Ranker, SearchMode};
+use evident::retrieval::{CandidateStage, PageVectorCache, Ranker, SearchMode};
 
 use super::Context;
 
@@ -67,7 +67,18 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     let needs_encoder = args.modes.iter().any(|m| *m != SearchMode::Bm25);
     let encoder = if needs_encoder { Some(ctx.encoder()?) } else { None };
     let maxsim = ctx.maxsim()?;
-    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, vectors: None, alpha: args.alpha };
+    let candidates = CandidateStage::new(ctx.config.compute.candidates());
+    // Over the whole corpus every group of questions searches every document: keep the vectors.
+    let cache = PageVectorCache::new(if args.corpus { ctx.config.compute.vector_cache_mib.max(8192) } else { 0 });
+    let ranker = Ranker {
+        store: &store,
+        lexical: &lexical,
+        encoder: encoder.as_ref(),
+        maxsim: &maxsim,
+        vectors: args.corpus.then_some(&cache),
+        candidates: Some(&candidates),
+        alpha: args.alpha,
+    };
     let reports = score_rankings(&ranker, &questions, &docs, &args.modes, &args.k, args.corpus)?;
     let mut json = Vec::new();
     for r in &reports {

@@ -79,7 +79,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     println!("{added} added ({pages} pages), {present} already present, {failed} failed");
     let mut enriched = true;
     if !args.no_index && !to_index.is_empty() {
-        super::search::run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &to_index)?;
+        super::search::run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &to_index, ctx.config.ingest.token_pool_factor)?;
         if !args.no_enrich {
             enriched = super::enrich::run(ctx, &store, &to_index)?;
         }

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_generate;
 pub mod bench_http;
 pub mod bench_maxsim;
+pub mod bench_scale;
 pub mod bench_search;
 pub mod bench_stages;
 pub mod check;
@@ -132,6 +133,8 @@ impl Context {
             encoder: std::sync::Arc::new(self.encoder()?),
             maxsim: std::sync::Arc::new(self.maxsim()?),
             vectors: std::sync::Arc::new(evident::retrieval::PageVectorCache::new(self.config.compute.vector_cache_mib)),
+            token_pool_factor: self.config.ingest.token_pool_factor,
+            candidates: std::sync::Arc::new(evident::retrieval::CandidateStage::new(self.config.compute.candidates())),
             generator: std::sync::Arc::from(self.generator()?),
             thinking: self.thinking_generator()?.map(std::sync::Arc::from),
             generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,

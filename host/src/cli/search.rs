@@ -44,7 +44,7 @@ pub struct SearchArgs {
 pub fn index(ctx: &Context, args: IndexArgs) -> Result<ExitCode> {
     let store = std::sync::Arc::new(ctx.store()?);
     let docs = resolve_docs(&store, &args.docs)?;
-    run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &docs)?;
+    run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &docs, ctx.config.ingest.token_pool_factor)?;
     let ready: Vec<_> = docs.into_iter().filter(|d| matches!(evident::retrieval::needs_index(&store, d), Ok(false))).collect();
     Ok(if super::enrich::run(ctx, &store, &ready)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -63,6 +63,7 @@ pub fn run_index(
     lexical: &evident::retrieval::LexicalIndex,
     encoder: &evident::models::TextEncoder,
     docs: &[evident::store::DocumentRecord],
+    pool_factor: u32,
 ) -> Result<ExitCode> {
     let total: u64 = docs.iter().map(|d| u64::from(d.page_count)).sum();
     let bar = ProgressBar::new(total);
@@ -75,7 +76,7 @@ pub fn run_index(
     for doc in docs {
         bar.set_message(doc.title.chars().take(40).collect::<String>());
         let started = Instant::now();
-        if index_document(store, lexical, encoder, doc)? {
+        if index_document(store, lexical, encoder, doc, pool_factor)? {
             done += 1;
             bar.suspend(|| println!("indexed  {}  {} ({} pages, {:.1} s)", doc.id, doc.title, doc.page_count, started.elapsed().as_secs_f64()));
         } else {
@@ -106,7 +107,8 @@ pub fn search(ctx: &Context, args: SearchArgs) -> Result<ExitCode> {
     let lexical = ctx.lexical()?;
     let encoder = if args.mode == SearchMode::Bm25 { None } else { Some(ctx.encoder()?) };
     let maxsim = ctx.maxsim()?;
-    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, vectors: None, alpha: args.alpha };
+    // One search: training a codebook and coding every page would cost more than it saves.
+    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, vectors: None, candidates: None, alpha: args.alpha };
     let started = Instant::now();
     let hits = ranker.rank(&[args.question.as_str()], &docs, args.mode, args.k)?.remove(0);
     let elapsed = started.elapsed();

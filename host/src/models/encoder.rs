@@ -165,6 +165,12 @@ impl TextEncoder {
         Ok(results)
     }
 
+    /// How many token vectors [`TextEncoder::token_vectors`] gives `text`, without running
+    /// the network.
+    pub fn vector_count(&self, text: &str) -> Result<usize, ModelError> {
+        Ok(self.word_pieces(text)?.1.iter().filter(|p| p.chars().any(char::is_alphanumeric)).count())
+    }
+
     /// Tokens the model sees for these texts in `embed` (special tokens included).
     pub fn count_tokens(&self, texts: &[&str]) -> Result<usize, ModelError> {
         let mut n = 0;

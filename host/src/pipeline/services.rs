@@ -26,6 +26,10 @@ pub struct Services {
     pub maxsim: Arc<MaxSimBackend>,
     /// Page vectors kept between questions.
     pub vectors: Arc<crate::retrieval::PageVectorCache>,
+    /// How many token vectors of a page indexing pools into one (`ingest.token_pool_factor`).
+    pub token_pool_factor: u32,
+    /// The candidate stage of searches over many pages (`[compute]`).
+    pub candidates: Arc<crate::retrieval::CandidateStage>,
     pub generator: Arc<dyn Generator>,
     /// A thinking model stages may ask for instead (`generator.thinking_model`).
     pub thinking: Option<Arc<dyn Generator>>,
@@ -163,7 +167,15 @@ impl RequestHost {
     fn rank(&self, questions: &[&str], mode: SearchMode, alpha: f32, k: u32, docs: &[DocumentRecord]) -> HostResult<Vec<Vec<Candidate>>> {
         self.live()?;
         let s = &self.services;
-        let ranker = Ranker { store: &s.store, lexical: &s.lexical, encoder: Some(&s.encoder), maxsim: &s.maxsim, vectors: Some(&s.vectors), alpha };
+        let ranker = Ranker {
+            store: &s.store,
+            lexical: &s.lexical,
+            encoder: Some(&s.encoder),
+            maxsim: &s.maxsim,
+            vectors: Some(&s.vectors),
+            candidates: Some(&s.candidates),
+            alpha,
+        };
         let hits = ranker.rank(questions, docs, mode, k as usize).map_err(|e| HostFailure::Failed(e.to_string()))?;
         Ok(hits
             .into_iter()

@@ -1,18 +1,20 @@
 //! Retrieval: per-token page vectors scored by MaxSim, BM25 over page text, and their fusion.
 
 mod artifacts;
+mod candidates;
 mod lexical;
 mod snippet;
 mod vector_cache;
 
 pub use artifacts::{ArtifactQuery, artifact_record, bm25, stored_artifact};
+pub use candidates::{CandidateSettings, CandidateStage};
 pub use lexical::{LexicalError, LexicalIndex};
 pub use snippet::{best_block, best_snippet, matching_word_boxes, trim_snippet};
 pub use vector_cache::{DocumentVectors, PageVectorCache};
 
 use std::path::Path;
 
-use evident_kernels::{MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, top_k};
+use evident_kernels::{MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, pool_tokens, top_k};
 use thiserror::Error;
 
 use crate::models::{ModelError, TextEncoder};
@@ -115,9 +117,15 @@ pub fn lexical_dir(data_dir: &Path) -> std::path::PathBuf {
     data_dir.join("lexical")
 }
 
-/// Brings one document's retrieval indexes up to date; returns whether anything was done.
-pub fn index_document(store: &Store, lexical: &LexicalIndex, encoder: &TextEncoder, doc: &DocumentRecord) -> Result<bool, RetrievalError> {
-    index_document_with(store, lexical, encoder, doc, &|_| {})
+/// The name recorded with vectors pooled by `factor` (1: the encoder's own vectors).
+pub fn vectors_id(factor: u32) -> String {
+    if factor <= 1 { ENCODER_ID.to_string() } else { format!("{ENCODER_ID}/pool{factor}") }
+}
+
+/// Brings one document's retrieval indexes up to date, its token vectors pooled by
+/// `pool_factor` (`ingest.token_pool_factor`); returns whether anything was done.
+pub fn index_document(store: &Store, lexical: &LexicalIndex, encoder: &TextEncoder, doc: &DocumentRecord, pool_factor: u32) -> Result<bool, RetrievalError> {
+    index_document_with(store, lexical, encoder, doc, pool_factor, &|_| {})
 }
 
 /// Whether a document's retrieval indexes are missing or out of date.
@@ -132,12 +140,18 @@ pub fn index_document_with(
     lexical: &LexicalIndex,
     encoder: &TextEncoder,
     doc: &DocumentRecord,
+    pool_factor: u32,
     on_encoded: &dyn Fn(u32),
 ) -> Result<bool, RetrievalError> {
     let mut state = store.index_state(doc)?;
-    let wants_vectors = !has_current_vectors(&state);
+    let wanted = vectors_id(pool_factor);
+    let wants_vectors = state.vectors_by.as_deref() != Some(wanted.as_str());
     if !wants_vectors && state.lexical {
         return Ok(false);
+    }
+    if wants_vectors && state.lexical && pool_factor > 1 && state.vectors_by.as_deref() == Some(ENCODER_ID) {
+        // The encoder's own vectors are stored: pooling them needs no encoding.
+        return pool_stored_vectors(store, doc, state, encoder.dim(), pool_factor, on_encoded).map(|()| true);
     }
     let pages: Vec<(u32, String)> = (1..=doc.page_count).map(|n| store.page(doc, n).map(|p| (n, p.text()))).collect::<Result<_, _>>()?;
     if !state.lexical {
@@ -157,14 +171,36 @@ pub fn index_document_with(
         for chunk in pages.chunks(ENCODE_PAGES) {
             let texts: Vec<&str> = chunk.iter().map(|(_, t)| t.as_str()).collect();
             for ((n, _), tv) in chunk.iter().zip(encoder.token_vectors(&texts)?) {
-                vectors.push((*n, tv.vectors.iter().map(|&x| half::f16::from_f32(x)).collect()));
+                let pooled = pool_tokens(&tv.vectors, encoder.dim(), pool_factor);
+                vectors.push((*n, pooled.iter().map(|&x| half::f16::from_f32(x)).collect()));
             }
             on_encoded(vectors.len() as u32);
         }
-        state.vectors_by = Some(ENCODER_ID.to_string());
+        state.vectors_by = Some(wanted);
         store.put_page_vectors(doc, &vectors, &state)?;
     }
     Ok(true)
+}
+
+/// Replaces a document's stored (unpooled) token vectors by their pooling.
+fn pool_stored_vectors(
+    store: &Store,
+    doc: &DocumentRecord,
+    mut state: IndexState,
+    dim: usize,
+    pool_factor: u32,
+    on_encoded: &dyn Fn(u32),
+) -> Result<(), RetrievalError> {
+    let stored = store.page_vectors(doc)?;
+    let mut vectors = Vec::with_capacity(stored.len());
+    for (n, v) in stored {
+        let f32s: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+        vectors.push((n, pool_tokens(&f32s, dim, pool_factor).iter().map(|&x| half::f16::from_f32(x)).collect()));
+        on_encoded(vectors.len() as u32);
+    }
+    state.vectors_by = Some(vectors_id(pool_factor));
+    store.put_page_vectors(doc, &vectors, &state)?;
+    Ok(())
 }
 
 /// A document's pages as MaxSim input, with the page number of each entry.
@@ -199,6 +235,8 @@ pub struct Ranker<'a> {
     pub maxsim: &'a MaxSimBackend,
     /// Where page vectors stay between questions; without one they are read for each call.
     pub vectors: Option<&'a PageVectorCache>,
+    /// The candidate stage that large scopes take on the CPU; without one, MaxSim is exact.
+    pub candidates: Option<&'a CandidateStage>,
     /// Weight of BM25 in hybrid mode (HiKEY's alpha).
     pub alpha: f32,
 }
@@ -215,15 +253,36 @@ impl Ranker<'_> {
             for tv in encoder.token_vectors(questions)? {
                 batch.push_query(&tv.vectors);
             }
-            for (d, doc) in docs.iter().enumerate() {
-                let vectors = match self.vectors {
-                    Some(cache) => cache.get(self.store, doc, encoder.dim())?,
+            let load = |doc: &DocumentRecord| -> Result<std::sync::Arc<DocumentVectors>, RetrievalError> {
+                match self.vectors {
+                    Some(cache) => cache.get(self.store, doc, encoder.dim()),
                     None => {
                         let (pages, numbers) = load_page_vectors(self.store, doc, encoder.dim())?;
-                        std::sync::Arc::new(DocumentVectors::new(pages, numbers))
+                        Ok(std::sync::Arc::new(DocumentVectors::new(pages, numbers)))
+                    }
+                }
+            };
+            let in_scope: usize = docs.iter().map(|d| d.page_count as usize).sum();
+            let staged = match (self.candidates, self.maxsim) {
+                (Some(stage), MaxSimBackend::Cpu(cpu)) if stage.applies(in_scope) => {
+                    let loaded: Vec<(String, std::sync::Arc<DocumentVectors>)> =
+                        docs.iter().map(|d| load(d).map(|v| (d.id.clone(), v))).collect::<Result<_, _>>()?;
+                    let scores = stage.score(cpu, &loaded, &batch);
+                    Some(loaded.into_iter().map(|(_, v)| v).zip(scores).collect::<Vec<_>>())
+                }
+                _ => None,
+            };
+            let mut staged = staged.map(Vec::into_iter);
+            for (d, doc) in docs.iter().enumerate() {
+                // One document's vectors at a time, unless the candidate stage needed them all.
+                let (vectors, scores) = match staged.as_mut().and_then(Iterator::next) {
+                    Some(pair) => pair,
+                    None => {
+                        let vectors = load(doc)?;
+                        let scores = self.maxsim.score_document(&vectors, &batch)?;
+                        (vectors, scores)
                     }
                 };
-                let scores = self.maxsim.score_document(&vectors, &batch)?;
                 let nq = questions.len();
                 for (i, n) in vectors.numbers.iter().enumerate() {
                     pages.push((d, *n));
@@ -271,7 +330,8 @@ impl Ranker<'_> {
     }
 }
 
-/// Whether a document's stored token vectors come from the current encoder.
+/// Whether a document's stored token vectors come from the current encoder, pooled or not
+/// (MaxSim scores either; `index` brings them to the configured pooling).
 pub fn has_current_vectors(state: &IndexState) -> bool {
-    state.vectors_by.as_deref() == Some(ENCODER_ID)
+    state.vectors_by.as_deref().is_some_and(|id| id == ENCODER_ID || id.strip_prefix(ENCODER_ID).is_some_and(|rest| rest.starts_with("/pool")))
 }

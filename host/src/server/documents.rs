@@ -115,6 +115,7 @@ pub async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
         super::remove_document(&s.store, &s.services.lexical, &s.config.data_dir, &d).map_err(ApiError::internal)?;
         s.services.vectors.forget(&d.id);
+        s.services.candidates.forget(&d.id);
         Ok(())
     })
     .await

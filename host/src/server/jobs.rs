@@ -357,7 +357,7 @@ impl Shared {
                 job.pages_indexed.store(n, Ordering::Relaxed);
             }
         };
-        let result = index_document_with(&s.store, &s.lexical, &s.encoder, &doc, &on_encoded);
+        let result = index_document_with(&s.store, &s.lexical, &s.encoder, &doc, s.token_pool_factor, &on_encoded);
         let notices = if result.is_ok() { self.enrich(job.as_deref(), &doc) } else { Vec::new() };
         let Some(job) = job else {
             if let Err(e) = result {
