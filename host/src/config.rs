@@ -141,13 +141,6 @@ pub struct ComputeConfig {
     pub centroids: usize,
 }
 
-impl ComputeConfig {
-    /// The candidate stage's settings.
-    pub fn candidates(&self) -> crate::retrieval::CandidateSettings {
-        crate::retrieval::CandidateSettings { min_pages: self.candidate_stage_pages, per_question: self.candidates_per_question, centroids: self.centroids }
-    }
-}
-
 /// `[server]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -24,7 +24,7 @@ pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention
 pub use gelu_cpu::{gelu_in_place, gelu_reference};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
-pub use maxsim_candidates::{Codebook, PageCodes, candidates, centroid_scores, two_stage_top_k};
+pub use maxsim_candidates::{CentroidTable, Codebook, PageCodes, candidates, centroid_scores, two_stage_top_k};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};
 pub use maxsim_gpu::{DevicePages, MaxSimKernel};
 pub use quant::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, vnni_rounded};

@@ -74,7 +74,7 @@ pub(crate) unsafe fn score_pages(pages: &PageVectors, queries: &QueryBatch, grou
     let mut maxima = vec![0.0f32; groups.tokens];
     for (i, &p) in ids.iter().enumerate() {
         let page = pages.page(p);
-        let ntok = if dim == 0 { 0 } else { page.len() / dim };
+        let ntok = page.len().checked_div(dim).unwrap_or(0);
         if ntok == 0 || groups.tokens == 0 {
             out[i * nq..(i + 1) * nq].iter_mut().for_each(|s| *s = 0.0);
             continue;

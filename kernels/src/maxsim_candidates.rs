@@ -166,40 +166,84 @@ impl PageCodes {
     }
 }
 
-/// Approximate MaxSim of every page for every query, `[page * queries + query]`: per query
-/// token, the best score of a centroid among the page's token codes.
-pub fn centroid_scores(book: &Codebook, codes: &PageCodes, queries: &QueryBatch) -> Vec<f32> {
-    let (k, t, nq) = (book.len(), queries.token_count(), queries.query_count());
-    // table[c * t + token]: one row per centroid, read whole for each page token.
-    let mut table = vec![0.0f32; k * t];
-    for (c, centroid) in book.centroids.chunks_exact(book.dim).enumerate() {
-        for token in 0..t {
-            table[c * t + token] = centroid.iter().zip(queries.token(token)).map(|(a, b)| a * b).sum();
-        }
-    }
-    let np = codes.page_count();
-    let mut scores = vec![0.0f32; np * nq];
-    scores.par_chunks_mut(nq * 256).enumerate().for_each(|(chunk, out)| {
-        let mut best = vec![0.0f32; t];
-        for (i, page_scores) in out.chunks_exact_mut(nq).enumerate() {
-            let p = chunk * 256 + i;
-            let page = &codes.codes[codes.offsets[p] as usize..codes.offsets[p + 1] as usize];
-            if page.is_empty() {
-                continue;
+/// Every centroid's dot product with every query token of a batch, computed once per search.
+pub struct CentroidTable {
+    tokens: usize,
+    /// `values[c * tokens + token]`: one row per centroid, read whole for each page token.
+    values: Vec<f32>,
+}
+
+impl CentroidTable {
+    /// The table of `book`'s centroids against `queries`' tokens.
+    pub fn new(book: &Codebook, queries: &QueryBatch) -> CentroidTable {
+        let (k, t, dim) = (book.len(), queries.token_count(), book.dim);
+        let mut values = vec![0.0f32; k * t];
+        if k > 0 && t > 0 {
+            // SAFETY: centroids are k × dim row-major, the queries t × dim row-major (read as
+            // their transpose), values k × t row-major; the lengths match these shapes.
+            unsafe {
+                gemm(
+                    k,
+                    t,
+                    dim,
+                    values.as_mut_ptr(),
+                    1,
+                    t as isize,
+                    false,
+                    book.centroids.as_ptr(),
+                    1,
+                    dim as isize,
+                    queries.data().as_ptr(),
+                    dim as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
             }
-            best.iter_mut().for_each(|b| *b = f32::NEG_INFINITY);
-            for &c in page {
-                let row = &table[c as usize * t..(c as usize + 1) * t];
-                for (b, r) in best.iter_mut().zip(row) {
-                    *b = b.max(*r);
+        }
+        CentroidTable { tokens: t, values }
+    }
+
+    /// Approximate MaxSim of every page for every query, `[page * queries + query]`: per query
+    /// token, the best score of a centroid among the page's token codes.
+    pub fn page_scores(&self, codes: &PageCodes, queries: &QueryBatch) -> Vec<f32> {
+        let (t, nq) = (self.tokens, queries.query_count());
+        let np = codes.page_count();
+        let mut scores = vec![0.0f32; np * nq];
+        if nq == 0 {
+            return scores;
+        }
+        scores.par_chunks_mut(nq * 256).enumerate().for_each(|(chunk, out)| {
+            let mut best = vec![0.0f32; t];
+            for (i, page_scores) in out.chunks_exact_mut(nq).enumerate() {
+                let p = chunk * 256 + i;
+                let page = &codes.codes[codes.offsets[p] as usize..codes.offsets[p + 1] as usize];
+                if page.is_empty() {
+                    continue;
+                }
+                best.iter_mut().for_each(|b| *b = f32::NEG_INFINITY);
+                for &c in page {
+                    let row = &self.values[c as usize * t..(c as usize + 1) * t];
+                    for (b, r) in best.iter_mut().zip(row) {
+                        *b = b.max(*r);
+                    }
+                }
+                for (q, s) in page_scores.iter_mut().enumerate() {
+                    *s = queries.token_range(q).map(|token| best[token]).sum();
                 }
             }
-            for (q, s) in page_scores.iter_mut().enumerate() {
-                *s = queries.token_range(q).map(|token| best[token]).sum();
-            }
-        }
-    });
-    scores
+        });
+        scores
+    }
+}
+
+/// [`CentroidTable::page_scores`] with a table made for this call.
+pub fn centroid_scores(book: &Codebook, codes: &PageCodes, queries: &QueryBatch) -> Vec<f32> {
+    CentroidTable::new(book, queries).page_scores(codes, queries)
 }
 
 /// The pages worth scoring exactly: the union, over the batch's queries, of each query's

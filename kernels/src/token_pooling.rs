@@ -16,7 +16,7 @@ const MAX_RUN: usize = 1024;
 /// order of each cluster's first token. A factor of 1 or less, or a page of at most one
 /// token per cluster, is returned as it is.
 pub fn pool_tokens(tokens: &[f32], dim: usize, factor: u32) -> Vec<f32> {
-    let n = if dim == 0 { 0 } else { tokens.len() / dim };
+    let n = tokens.len().checked_div(dim).unwrap_or(0);
     if n > MAX_RUN {
         // Clustering is quadratic in tokens: a long page is pooled in even runs of at most
         // MAX_RUN consecutive tokens, which keeps the time and memory of one run bounded.

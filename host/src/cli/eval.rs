@@ -67,7 +67,7 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     let needs_encoder = args.modes.iter().any(|m| *m != SearchMode::Bm25);
     let encoder = if needs_encoder { Some(ctx.encoder()?) } else { None };
     let maxsim = ctx.maxsim()?;
-    let candidates = CandidateStage::new(ctx.config.compute.candidates());
+    let candidates = CandidateStage::new(evident::retrieval::CandidateSettings::of(&ctx.config.compute));
     // Over the whole corpus every group of questions searches every document: keep the vectors.
     let cache = PageVectorCache::new(if args.corpus { ctx.config.compute.vector_cache_mib.max(8192) } else { 0 });
     let ranker = Ranker {

@@ -134,7 +134,7 @@ impl Context {
             maxsim: std::sync::Arc::new(self.maxsim()?),
             vectors: std::sync::Arc::new(evident::retrieval::PageVectorCache::new(self.config.compute.vector_cache_mib)),
             token_pool_factor: self.config.ingest.token_pool_factor,
-            candidates: std::sync::Arc::new(evident::retrieval::CandidateStage::new(self.config.compute.candidates())),
+            candidates: std::sync::Arc::new(evident::retrieval::CandidateStage::new(evident::retrieval::CandidateSettings::of(&self.config.compute))),
             generator: std::sync::Arc::from(self.generator()?),
             thinking: self.thinking_generator()?.map(std::sync::Arc::from),
             generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,

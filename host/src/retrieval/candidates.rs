@@ -1,5 +1,5 @@
 //! The candidate stage of a MaxSim search over many pages: centroid codes pick the pages worth
-//! scoring exactly (PLAID's centroid interaction, `evident_kernels::centroid_scores`).
+//! scoring exactly (PLAID's centroid interaction, `evident_kernels::CentroidTable`).
 //!
 //! The codebook is trained in memory at the first search whose scope is large enough, from
 //! token vectors spread over the documents in scope, and each document's codes are assigned
@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use evident_kernels::{Codebook, MaxSimCpu, PageCodes, QueryBatch, centroid_scores, top_k};
+use evident_kernels::{CentroidTable, Codebook, MaxSimCpu, PageCodes, QueryBatch, top_k};
 
 use super::DocumentVectors;
 
@@ -36,6 +36,13 @@ pub struct CandidateStage {
     codes: Mutex<HashMap<String, Arc<PageCodes>>>,
 }
 
+impl CandidateSettings {
+    /// The settings `[compute]` names.
+    pub fn of(compute: &crate::config::ComputeConfig) -> CandidateSettings {
+        CandidateSettings { min_pages: compute.candidate_stage_pages, per_question: compute.candidates_per_question, centroids: compute.centroids }
+    }
+}
+
 impl CandidateStage {
     /// A stage with nothing trained yet.
     pub fn new(settings: CandidateSettings) -> CandidateStage {
@@ -54,7 +61,8 @@ impl CandidateStage {
     pub fn score(&self, cpu: &MaxSimCpu, docs: &[(String, Arc<DocumentVectors>)], queries: &QueryBatch) -> Vec<Vec<f32>> {
         let nq = queries.query_count();
         let book = self.book.get_or_init(|| Arc::new(self.train(docs))).clone();
-        let mut scores: Vec<Vec<f32>> = docs.iter().map(|(id, v)| centroid_scores(&book, &self.codes_of(&book, id, v), queries)).collect();
+        let table = CentroidTable::new(&book, queries);
+        let mut scores: Vec<Vec<f32>> = docs.iter().map(|(id, v)| table.page_scores(&self.codes_of(&book, id, v), queries)).collect();
         // Each question's candidates over every document: (doc, page) by approximate score.
         let index: Vec<(usize, usize)> = docs.iter().enumerate().flat_map(|(d, (_, v))| (0..v.pages.page_count()).map(move |p| (d, p))).collect();
         let mut chosen: Vec<Vec<usize>> = vec![Vec::new(); docs.len()];
@@ -117,10 +125,11 @@ impl CandidateStage {
     }
 
     fn codes_of(&self, book: &Codebook, id: &str, vectors: &DocumentVectors) -> Arc<PageCodes> {
-        if let Some(codes) = crate::error::lock(&self.codes).get(id) {
-            if codes.page_count() == vectors.pages.page_count() && codes.token_count() == vectors.pages.token_count() {
-                return codes.clone();
-            }
+        if let Some(codes) = crate::error::lock(&self.codes).get(id)
+            && codes.page_count() == vectors.pages.page_count()
+            && codes.token_count() == vectors.pages.token_count()
+        {
+            return codes.clone();
         }
         let codes = Arc::new(PageCodes::new(book, &vectors.pages));
         crate::error::lock(&self.codes).insert(id.to_string(), codes.clone());
