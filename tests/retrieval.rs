@@ -165,7 +165,9 @@ fn stored_vectors(app: &Appliance, config: Option<&std::path::Path>) -> u64 {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = app.ok(&refs);
     let line = out.lines().find(|l| l.contains("page-token vectors")).unwrap_or_else(|| panic!("no vector count in {out}"));
-    line.split(", ").find_map(|part| part.strip_suffix(" page-token vectors")?.parse().ok()).unwrap_or_else(|| panic!("no vector count in {line}"))
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "page-token").unwrap_or_else(|| panic!("no vector count in {line}"));
+    words[at - 1].parse().unwrap_or_else(|_| panic!("no vector count in {line}"))
 }
 
 #[test]

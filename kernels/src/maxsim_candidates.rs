@@ -101,34 +101,45 @@ impl Codebook {
         if rows == 0 {
             return Vec::new();
         }
-        let mut scores = vec![0.0f32; rows * k];
-        // SAFETY: x is rows × dim row-major, the centroids k × dim row-major (read as their
-        // transpose), scores rows × k row-major; the lengths match these shapes.
-        unsafe {
-            gemm(
-                rows,
-                k,
-                dim,
-                scores.as_mut_ptr(),
-                1,
-                k as isize,
-                false,
-                x.as_ptr(),
-                1,
-                dim as isize,
-                self.centroids.as_ptr(),
-                dim as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
-        }
+        let scores = dot_rows(x, &self.centroids, dim);
         scores.chunks_exact(k).map(|row| top_k(row, 1).first().copied().unwrap_or(0) as u16).collect()
     }
+}
+
+/// Every row of `a` against every row of `b` (both row-major, `dim` columns):
+/// `out[i * rows_of_b + j]` is the dot product of row `i` of `a` and row `j` of `b`.
+fn dot_rows(a: &[f32], b: &[f32], dim: usize) -> Vec<f32> {
+    let (m, n) = (a.len().checked_div(dim).unwrap_or(0), b.len().checked_div(dim).unwrap_or(0));
+    let mut out = vec![0.0f32; m * n];
+    if out.is_empty() {
+        return out;
+    }
+    // SAFETY: a is m × dim row-major, b is n × dim row-major (read as its transpose, dim × n),
+    // out m × n row-major; the lengths match these shapes.
+    unsafe {
+        gemm(
+            m,
+            n,
+            dim,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            dim as isize,
+            b.as_ptr(),
+            dim as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+    out
 }
 
 /// Every page's token codes, in the same order and with the same offsets as its vectors.
@@ -176,35 +187,8 @@ pub struct CentroidTable {
 impl CentroidTable {
     /// The table of `book`'s centroids against `queries`' tokens.
     pub fn new(book: &Codebook, queries: &QueryBatch) -> CentroidTable {
-        let (k, t, dim) = (book.len(), queries.token_count(), book.dim);
-        let mut values = vec![0.0f32; k * t];
-        if k > 0 && t > 0 {
-            // SAFETY: centroids are k × dim row-major, the queries t × dim row-major (read as
-            // their transpose), values k × t row-major; the lengths match these shapes.
-            unsafe {
-                gemm(
-                    k,
-                    t,
-                    dim,
-                    values.as_mut_ptr(),
-                    1,
-                    t as isize,
-                    false,
-                    book.centroids.as_ptr(),
-                    1,
-                    dim as isize,
-                    queries.data().as_ptr(),
-                    dim as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    Parallelism::None,
-                );
-            }
-        }
+        let (t, dim) = (queries.token_count(), book.dim);
+        let values = dot_rows(&book.centroids, queries.data(), dim);
         CentroidTable { tokens: t, values }
     }
 
