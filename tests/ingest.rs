@@ -36,7 +36,8 @@ fn page_counts_match_the_benchmark_and_a_second_ingest_adds_nothing() {
     ];
     let paths: Vec<_> = files.iter().map(|f| bench_pdf(f)).collect();
     let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
-    let first = app.ingest(&refs, &["--no-images", "--no-index"]);
+    // Page counts need no OCR (the slide deck is scanned; tests/ocr.rs reads such pages).
+    let first = app.ingest(&refs, &["--no-images", "--no-index", "--ocr", "never"]);
     assert!(first.contains(&format!("{} added", files.len())), "{first}");
 
     let expected = bench_page_counts();
@@ -263,10 +264,13 @@ fn a_page_without_text_is_flagged() {
     let scan = dir.path().join("drawing.pdf");
     std::fs::write(&scan, pdf_with_one_drawn_page()).expect("write");
     let out = app.ingest(&[&scan], &["--no-index"]);
-    assert!(out.contains("1 without a text layer"), "{out}");
+    // OCR (ingest.ocr = auto) reads the page and finds no words in a drawing.
+    assert!(out.contains("1 without a text layer, 1 read by OCR"), "{out}");
     let page = app.page("drawing", 1);
     assert_eq!(page["has_text_layer"].as_bool(), Some(false));
     assert!(blocks(&page).is_empty());
+    let shown: serde_json::Value = serde_json::from_str(&app.ok(&["show", "drawing", "--page", "1", "--json"])).expect("page JSON");
+    assert_eq!(shown["ocr"]["word_confidence"].as_array().map(Vec::len), Some(0), "{shown}");
 }
 
 #[test]

@@ -29,6 +29,18 @@ pub enum ComputeBackend {
     Cpu,
 }
 
+/// Which pages ingest reads with OCR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OcrMode {
+    /// Pages without a text layer, and pictures that cover much of a page that has one.
+    Auto,
+    /// Every page; words the text layer already has are not repeated.
+    Always,
+    /// None.
+    Never,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -200,6 +212,10 @@ pub struct IngestConfig {
     pub parallel_reads: usize,
     /// Each page's token vectors are clustered into one per this many (1: all kept).
     pub token_pool_factor: u32,
+    /// Which pages are read with OCR.
+    pub ocr: OcrMode,
+    /// Longer side, in pixels, of the image of a page (or picture) that OCR reads.
+    pub ocr_max_px: u32,
 }
 
 /// The folder relative paths in the configuration resolve against: `EVIDENT_HOME` when set;
@@ -279,6 +295,9 @@ impl ApplianceConfig {
         }
         if !(1..=8).contains(&i.token_pool_factor) {
             return Err(format!("ingest.token_pool_factor is {}; it must be between 1 (no pooling) and 8", i.token_pool_factor));
+        }
+        if !(320..=8000).contains(&i.ocr_max_px) {
+            return Err(format!("ingest.ocr_max_px is {}; it must be between 320 and 8000", i.ocr_max_px));
         }
         if !(16..=8192).contains(&i.page_image_max_px) {
             return Err(format!("ingest.page_image_max_px is {}; it must be between 16 and 8192", i.page_image_max_px));

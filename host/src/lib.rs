@@ -7,6 +7,7 @@ pub mod eval;
 pub mod generate;
 pub mod ingest;
 pub mod models;
+pub mod ocr;
 pub mod pipeline;
 pub mod plugins;
 pub mod registry;
@@ -22,7 +23,7 @@ mod layering {
     use std::path::Path;
 
     const MODULES: &[&str] =
-        &["config", "enrich", "error", "eval", "generate", "ingest", "models", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
+        &["config", "enrich", "error", "eval", "generate", "ingest", "models", "ocr", "pipeline", "plugins", "registry", "retrieval", "server", "store"];
 
     /// The top-level modules a source text names through `crate::` (grouped imports included).
     fn named(text: &str) -> BTreeSet<String> {

@@ -95,13 +95,19 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
         std::fs::write(out, png).with_context(|| format!("cannot write {}", out.display()))?;
     }
     let regions = store.regions(&doc, number)?;
+    let ocr = store.page_ocr(&doc, number)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json!({ "document": doc.id, "page": page, "regions": regions }))?);
+        println!("{}", serde_json::to_string_pretty(&json!({ "document": doc.id, "page": page, "regions": regions, "ocr": ocr }))?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("{} ({}), page {} of {}: {:.0} x {:.0} pt", doc.title, doc.id, number, doc.page_count, page.width, page.height);
     if !page.has_text_layer {
         println!("(no text layer: a scanned page)");
+    }
+    if let Some(ocr) = &ocr {
+        let words = ocr.word_confidence.len();
+        let mean = if words == 0 { 0.0 } else { ocr.word_confidence.iter().sum::<f32>() / words as f32 };
+        println!("(blocks [{}] on were read by OCR ({}): {words} words, mean confidence {mean:.2})", ocr.first_block, ocr.engine);
     }
     for (i, b) in page.blocks.iter().enumerate() {
         let style = format!("{:.1}pt{}", b.font_size, if b.bold { " bold" } else { "" });

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use evident::ingest::{IngestOptions, IngestOutcome, IngestProgress, collect_pdfs, ingest_file};
+use evident::config::OcrMode;
+use evident::ingest::{IngestOptions, IngestOutcome, IngestProgress, OcrSettings, collect_pdfs, ingest_file};
 
 use super::Context;
 
@@ -28,6 +29,10 @@ pub struct IngestArgs {
     /// Skip the profiles' enrich stages; `evident index` runs them later.
     #[arg(long)]
     no_enrich: bool,
+    /// Which pages to read with OCR: pages without a text layer and large pictures (auto),
+    /// every page (always) or none (never). Default: `ingest.ocr` in the configuration.
+    #[arg(long, value_enum)]
+    ocr: Option<OcrMode>,
 }
 
 /// Ingests every PDF named; one that fails is reported and the rest go on.
@@ -41,17 +46,21 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     let options = IngestOptions {
         password: args.password,
         image_max_px: (ctx.config.ingest.render_images && !args.no_images).then_some(ctx.config.ingest.page_image_max_px),
+        ocr: OcrSettings::load(&ctx.config, args.ocr.unwrap_or(ctx.config.ingest.ocr))?,
     };
     let progress = IngestProgress::new(files.len());
     let (mut added, mut present, mut failed, mut pages) = (0, 0, 0, 0u64);
     let mut to_index = Vec::new();
     for path in &files {
         match ingest_file(&store, &worker, path, &options, &progress) {
-            Ok(IngestOutcome::Added { doc, damage, seconds }) => {
+            Ok(IngestOutcome::Added { doc, damage, seconds, ocr_pages }) => {
                 added += 1;
                 pages += u64::from(doc.page_count);
                 to_index.push(doc.clone());
-                let scanned = if doc.pages_without_text > 0 { format!(", {} without a text layer", doc.pages_without_text) } else { String::new() };
+                let mut scanned = if doc.pages_without_text > 0 { format!(", {} without a text layer", doc.pages_without_text) } else { String::new() };
+                if ocr_pages > 0 {
+                    scanned.push_str(&format!(", {ocr_pages} read by OCR"));
+                }
                 progress.println(&format!(
                     "added    {}  {} ({} pages{scanned}{}, {seconds:.1} s)",
                     doc.id,

@@ -44,9 +44,34 @@ pub struct SearchArgs {
 pub fn index(ctx: &Context, args: IndexArgs) -> Result<ExitCode> {
     let store = std::sync::Arc::new(ctx.store()?);
     let docs = resolve_docs(&store, &args.docs)?;
+    ocr_unread_pages(ctx, &store, &docs)?;
     run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &docs, ctx.config.ingest.token_pool_factor)?;
     let ready: Vec<_> = docs.into_iter().filter(|d| matches!(evident::retrieval::needs_index(&store, d), Ok(false))).collect();
     Ok(if super::enrich::run(ctx, &store, &ready)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Reads with OCR the scanned pages of documents ingested without it (before OCR existed, or
+/// with `--ocr never`), when `ingest.ocr` is not `never`.
+fn ocr_unread_pages(ctx: &Context, store: &evident::store::Store, docs: &[evident::store::DocumentRecord]) -> Result<()> {
+    let candidates: Vec<_> = docs.iter().filter(|d| d.pages_without_text > 0).collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let Some(settings) = evident::ingest::OcrSettings::load(&ctx.config, ctx.config.ingest.ocr)? else {
+        return Ok(());
+    };
+    let worker = ctx.pdf_worker()?;
+    let progress = evident::ingest::IngestProgress::new(candidates.len());
+    for doc in candidates {
+        match evident::ingest::ocr_stored_document(store, &worker, doc, &settings, &progress) {
+            Ok(0) => {}
+            Ok(n) => progress.println(&format!("ocr      {}  {} ({n} pages read by OCR)", doc.id, doc.title)),
+            Err(e) => progress.println(&format!("failed   OCR of {}: {e}", doc.id)),
+        }
+        progress.file_done();
+    }
+    progress.finish();
+    Ok(())
 }
 
 /// The documents named (id, file name or title), or all when none are.

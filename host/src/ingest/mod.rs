@@ -2,6 +2,8 @@
 
 mod headings;
 mod layout;
+mod ocr_pages;
+mod ocr_text;
 mod pdf;
 mod progress;
 mod regions;
@@ -10,6 +12,8 @@ mod worker;
 
 pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page};
+pub use ocr_pages::{ENGINE as OCR_ENGINE, OcrSettings, PageOcrError, areas_to_read, read_page_text};
+pub use ocr_text::{OcrText, ocr_text};
 pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};
 pub use progress::IngestProgress;
 pub use regions::{Drawn, find_regions};
@@ -20,9 +24,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
-use tracing::debug;
+use tracing::{debug, warn};
 
-use crate::store::{DamageRecord, DocumentRecord, PageRecord, Store, StoreError};
+use crate::store::{DamageRecord, DocumentRecord, PageOcr, PageRecord, Store, StoreError};
 
 /// Why one file was not ingested.
 #[derive(Debug, Error)]
@@ -52,13 +56,15 @@ pub struct IngestOptions {
     pub password: Option<String>,
     /// Longer side of rendered page images in pixels; None renders no images.
     pub image_max_px: Option<u32>,
+    /// How pages are read with OCR; None reads none.
+    pub ocr: Option<OcrSettings>,
 }
 
 /// What happened to one file.
 #[derive(Debug)]
 pub enum IngestOutcome {
     /// Stored as a new document; `damage` says what could not be recovered.
-    Added { doc: DocumentRecord, damage: DamageRecord, seconds: f64 },
+    Added { doc: DocumentRecord, damage: DamageRecord, seconds: f64, ocr_pages: u32 },
     /// The same bytes were already in the store.
     AlreadyPresent { doc: DocumentRecord },
 }
@@ -106,6 +112,7 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
     progress.start_document(path, page_count);
 
     let mut pages = Vec::with_capacity(page_count as usize);
+    let mut ocr: Vec<Option<PageOcr>> = Vec::with_capacity(page_count as usize);
     let mut damage = DamageRecord { truncated: pdf.truncated(), lost_pages: Vec::new() };
     let mut first_loss = None;
     for number in 1..=page_count {
@@ -113,7 +120,23 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         // deadline or crashes PDFium, is kept empty and named as lost; after a deadline or a
         // crash a fresh worker goes on with the next page, within the document's deadline.
         let lost = match pdf.read_page(number, options.image_max_px) {
-            Ok(page) => {
+            Ok(mut page) => {
+                ocr.push(match &options.ocr {
+                    Some(settings) => {
+                        let started = Instant::now();
+                        let read = read_page_text(&mut pdf, &mut page, settings);
+                        pdf.exclude_from_deadline(started.elapsed());
+                        // A page OCR cannot read keeps what its text layer has.
+                        read.unwrap_or_else(|e| {
+                            warn!(path = %path.display(), "page {number} was not read by OCR: {e}");
+                            None
+                        })
+                    }
+                    None => None,
+                });
+                if ocr.last().is_some_and(Option::is_some) {
+                    progress.page_ocr_done();
+                }
                 pages.push(page);
                 None
             }
@@ -129,6 +152,7 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         if let Some(e) = lost {
             debug!(path = %path.display(), "page {number} lost: {e}");
             damage.lost_pages.push(number);
+            ocr.push(None);
             pages.push(PageRead {
                 page: PageRecord { number, width: 0.0, height: 0.0, has_text_layer: false, blocks: Vec::new() },
                 image: None,
@@ -155,9 +179,10 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
     }
 
     let mut writer = store.begin_document(&content_hash).map_err(store_err)?;
-    for read in &pages {
-        writer.put_page(&read.page, read.image.as_deref(), &read.regions).map_err(store_err)?;
+    for (read, ocr) in pages.iter().zip(&ocr) {
+        writer.put_page(&read.page, read.image.as_deref(), &read.regions, ocr.as_ref()).map_err(store_err)?;
     }
+    let ocr_pages = ocr.iter().filter(|o| o.is_some()).count() as u32;
     let pages_without_text = pages.iter().filter(|p| !p.page.has_text_layer).count() as u32 - damage.lost_pages.len() as u32;
     let doc = DocumentRecord {
         id: writer.id().to_string(),
@@ -170,7 +195,54 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         has_page_images: options.image_max_px.is_some(),
     };
     writer.commit(&doc, &outline, &damage).map_err(store_err)?;
-    Ok(IngestOutcome::Added { doc, damage, seconds: started.elapsed().as_secs_f64() })
+    Ok(IngestOutcome::Added { doc, damage, seconds: started.elapsed().as_secs_f64(), ocr_pages })
+}
+
+/// Reads with OCR the pages of a stored document that have neither a text layer nor OCR'd
+/// text (a document ingested before OCR, or with `--ocr never`), from its source file, and
+/// stores them, leaving its indexes to be rebuilt. Returns how many pages OCR read.
+pub fn ocr_stored_document(
+    store: &Store,
+    worker: &PdfWorker,
+    doc: &DocumentRecord,
+    settings: &OcrSettings,
+    progress: &IngestProgress,
+) -> Result<u32, IngestError> {
+    let path = PathBuf::from(&doc.source_path);
+    let store_err = |source| IngestError::Store { path: path.clone(), source };
+    let mut wanted = Vec::new();
+    for number in 1..=doc.page_count {
+        let page = store.page(doc, number).map_err(store_err)?;
+        let unread = !page.has_text_layer && page.width > 0.0 && store.page_ocr(doc, number).map_err(store_err)?.is_none();
+        if unread {
+            wanted.push(number);
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(0);
+    }
+    let bytes = std::fs::read(&path).map_err(|source| IngestError::Read { path: path.clone(), source })?;
+    let pdf_err = |source| IngestError::Pdf { path: path.clone(), source };
+    let mut pdf = worker.open(&bytes, None).map_err(pdf_err)?;
+    progress.start_document(&path, wanted.len() as u32);
+    let mut read_pages = Vec::new();
+    for number in wanted {
+        let mut read = pdf.read_page(number, None).map_err(pdf_err)?;
+        let started = Instant::now();
+        let ocr = read_page_text(&mut pdf, &mut read, settings);
+        pdf.exclude_from_deadline(started.elapsed());
+        match ocr {
+            Ok(Some(ocr)) => {
+                read_pages.push((read.page, ocr));
+                progress.page_ocr_done();
+            }
+            Ok(None) => {}
+            Err(e) => warn!(path = %path.display(), "page {number} was not read by OCR: {e}"),
+        }
+        progress.page_done();
+    }
+    store.put_ocr_pages(doc, &read_pages).map_err(store_err)?;
+    Ok(read_pages.len() as u32)
 }
 
 fn hex(bytes: &[u8]) -> String {

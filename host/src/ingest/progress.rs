@@ -8,6 +8,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub struct IngestProgress {
     files: ProgressBar,
     pages: ProgressBar,
+    /// Pages of the current document read by OCR so far.
+    ocr_pages: std::sync::atomic::AtomicU64,
     _multi: MultiProgress,
 }
 
@@ -24,12 +26,12 @@ impl IngestProgress {
         files.set_prefix("files");
         let pages = multi.add(ProgressBar::new(0));
         pages.set_style(
-            ProgressStyle::with_template("{prefix:>6} [{bar:30.green/white}] {pos}/{len} pages  {per_sec}  eta {eta}")
+            ProgressStyle::with_template("{prefix:>6} [{bar:30.green/white}] {pos}/{len} pages  {per_sec}  eta {eta}  {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
         pages.set_prefix("pages");
-        IngestProgress { files, pages, _multi: multi }
+        IngestProgress { files, pages, ocr_pages: Default::default(), _multi: multi }
     }
 
     /// A hidden progress, for library callers.
@@ -37,7 +39,7 @@ impl IngestProgress {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::hidden());
         let files = multi.add(ProgressBar::hidden());
         let pages = multi.add(ProgressBar::hidden());
-        IngestProgress { files, pages, _multi: multi }
+        IngestProgress { files, pages, ocr_pages: Default::default(), _multi: multi }
     }
 
     /// A document with `pages` pages starts.
@@ -45,12 +47,25 @@ impl IngestProgress {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         self.files.set_message(name);
         self.pages.reset();
+        self.pages.set_message("");
+        self.ocr_pages.store(0, std::sync::atomic::Ordering::Relaxed);
         self.pages.set_length(u64::from(pages));
     }
 
     /// One more page read.
     pub fn page_done(&self) {
         self.pages.inc(1);
+    }
+
+    /// One more page of the current document read by OCR.
+    pub fn page_ocr_done(&self) {
+        let n = self.ocr_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        self.pages.set_message(format!("{n} read by OCR"));
+    }
+
+    /// Pages of the current document read by OCR so far.
+    pub fn pages_ocr(&self) -> u64 {
+        self.ocr_pages.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Pages of the current document read so far.

@@ -201,6 +201,12 @@ impl WorkerDocument {
         self.outline.clone()
     }
 
+    /// Leaves `spent` (time the host took between requests, reading pages with OCR) out of the
+    /// document's deadline, which bounds what PDFium may take.
+    pub fn exclude_from_deadline(&mut self, spent: Duration) {
+        self.started += spent;
+    }
+
     /// Reads one page (1-based) and, when `image_max_px` is given, its image as PNG.
     pub fn read_page(&mut self, number: u32, image_max_px: Option<u32>) -> Result<PageRead, PdfError> {
         let what = format!("to read page {number}");

@@ -52,6 +52,8 @@ pub struct JobView {
     pub state: JobState,
     pub pages: u32,
     pub pages_read: u32,
+    /// Pages of those that OCR read.
+    pub pages_ocr: u32,
     pub pages_indexed: u32,
     /// Pages the profiles' enrich stages have read (over every stage).
     pub pages_enriched: u32,
@@ -74,6 +76,7 @@ impl Job {
         let mut v = crate::error::lock(&self.view).clone();
         if v.state == JobState::Reading {
             v.pages_read = self.progress.pages_read() as u32;
+            v.pages_ocr = self.progress.pages_ocr() as u32;
             if v.pages == 0 {
                 // A job resumed at start learns its page count when its worker opens it.
                 v.pages = self.progress.pages_total() as u32;
@@ -271,6 +274,7 @@ impl Shared {
                 state: JobState::Reading,
                 pages: page_count,
                 pages_read: 0,
+                pages_ocr: 0,
                 pages_indexed: 0,
                 pages_enriched: 0,
                 document: crate::store::document_id(hash),
@@ -323,7 +327,16 @@ impl Shared {
 
     fn read(&self, ReadJob { job, path }: ReadJob) {
         match ingest_file(&self.services.store, &self.worker, &path, &self.options, &job.progress) {
-            Ok(IngestOutcome::Added { doc, .. }) | Ok(IngestOutcome::AlreadyPresent { doc }) => {
+            Ok(IngestOutcome::Added { doc, ocr_pages, .. }) => {
+                job.update(|v| {
+                    v.state = JobState::Indexing;
+                    v.pages = doc.page_count;
+                    v.pages_read = doc.page_count;
+                    v.pages_ocr = ocr_pages;
+                });
+                let _ = crate::error::lock(&self.index).send(IndexJob { job: Some(job), doc });
+            }
+            Ok(IngestOutcome::AlreadyPresent { doc }) => {
                 job.update(|v| {
                     v.state = JobState::Indexing;
                     v.pages = doc.page_count;

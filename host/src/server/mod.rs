@@ -28,7 +28,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 
 use crate::config::{ApplianceConfig, Role};
-use crate::ingest::{IngestOptions, PdfWorker, ReadLimits};
+use crate::ingest::{IngestOptions, OcrSettings, PdfWorker, ReadLimits};
 use crate::pipeline::Services;
 use crate::registry::PluginRegistry;
 use crate::store::Store;
@@ -63,7 +63,8 @@ impl AppState {
         let s = &config.server;
         let metrics = Arc::new(Metrics::new());
         let gate = Arc::new(RunGate::new(s.max_running.max(1), s.max_queued, metrics.clone()));
-        let options = IngestOptions { password: None, image_max_px: config.ingest.render_images.then_some(config.ingest.page_image_max_px) };
+        let ocr = OcrSettings::load(&config, config.ingest.ocr).map_err(|e| ServeError::Setup(format!("OCR cannot start: {e}")))?;
+        let options = IngestOptions { password: None, image_max_px: config.ingest.render_images.then_some(config.ingest.page_image_max_px), ocr };
         let limits = ReadLimits::from_config(&config.ingest);
         let worker = PdfWorker::current_exe(config.pdfium_library.clone(), limits).map_err(|e| ServeError::Setup(format!("PDF reading does not work: {e}")))?;
         let jobs = IngestJobs::start(

@@ -11,7 +11,7 @@ mod plugins;
 
 pub use artifacts::{ArtifactRecord, EnrichSet, enrich_set_id};
 pub use check::{DocumentCheck, StoreCheck};
-pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageRecord, RegionKind, RegionRecord, Word};
+pub use model::{Block, BoundingBox, DamageRecord, DocumentRecord, IndexState, Line, OutlineEntry, PageOcr, PageRecord, RegionKind, RegionRecord, Word};
 pub use plugins::PluginRecord;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +26,8 @@ const PAGE_IMAGES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("p
 /// pages without any, and for documents ingested before regions were recorded.
 const REGIONS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("regions");
 const OUTLINES: TableDefinition<&str, &[u8]> = TableDefinition::new("outlines");
+/// What OCR added to a page, for pages it read.
+const PAGE_OCR: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_ocr");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Per-token vectors of a page: f16 little-endian, token after token.
 const PAGE_VECTORS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("page_vectors");
@@ -128,6 +130,7 @@ impl Store {
             txn.open_table(PAGES)?;
             txn.open_table(PAGE_IMAGES)?;
             txn.open_table(REGIONS)?;
+            txn.open_table(PAGE_OCR)?;
             txn.open_table(OUTLINES)?;
             txn.open_table(PAGE_VECTORS)?;
             txn.open_table(INDEX_STATE)?;
@@ -220,6 +223,16 @@ impl Store {
         })
     }
 
+    /// What OCR added to a page (None for a page it did not read).
+    pub fn page_ocr(&self, doc: &DocumentRecord, number: u32) -> Result<Option<PageOcr>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PAGE_OCR)?;
+        Ok(match table.get((doc.id.as_str(), number))? {
+            Some(v) => Some(postcard::from_bytes(v.value())?),
+            None => None,
+        })
+    }
+
     /// The document's outline (empty when the PDF has none).
     pub fn outline(&self, doc: &DocumentRecord) -> Result<Vec<OutlineEntry>, StoreError> {
         self.record_or_default(OUTLINES, &doc.id)
@@ -249,6 +262,27 @@ impl Store {
     /// Records what retrieval has indexed of a document.
     /// Fails with `NoSuchDocument` when the document was removed meanwhile, so that an index
     /// finished after a removal leaves nothing behind.
+    /// Replaces pages by their OCR'd versions, with what OCR added to each, and marks the
+    /// document's indexes out of date, all in one transaction.
+    pub fn put_ocr_pages(&self, doc: &DocumentRecord, pages: &[(PageRecord, PageOcr)]) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            if txn.open_table(DOCUMENTS)?.get(doc.id.as_str())?.is_none() {
+                return Err(StoreError::NoSuchDocument(doc.id.clone()));
+            }
+            let mut table = txn.open_table(PAGES)?;
+            let mut ocr_table = txn.open_table(PAGE_OCR)?;
+            for (page, ocr) in pages {
+                table.insert((doc.id.as_str(), page.number), postcard::to_stdvec(page)?.as_slice())?;
+                ocr_table.insert((doc.id.as_str(), page.number), postcard::to_stdvec(ocr)?.as_slice())?;
+            }
+            drop((table, ocr_table));
+            txn.open_table(INDEX_STATE)?.remove(doc.id.as_str())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
     pub fn set_index_state(&self, doc: &DocumentRecord, state: &IndexState) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
@@ -318,7 +352,7 @@ impl Store {
             txn.open_table(INDEX_STATE)?.remove(id)?;
             txn.open_table(DAMAGE)?.remove(id)?;
             // Pages may exceed page_count if a record was damaged; sweep the whole key range.
-            for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS, REGIONS] {
+            for table in [PAGES, PAGE_IMAGES, PAGE_VECTORS, REGIONS, PAGE_OCR] {
                 txn.open_table(table)?.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)?.for_each(drop);
             }
             artifacts::sweep_document(&txn, id)?;
@@ -334,8 +368,11 @@ impl DocumentWriter {
         &self.id
     }
 
-    /// Adds a page, its image (if rendered) and its regions.
-    pub fn put_page(&mut self, page: &PageRecord, png: Option<&[u8]>, regions: &[RegionRecord]) -> Result<(), StoreError> {
+    /// Adds a page, its image (if rendered), its regions and what OCR added to it (if anything).
+    pub fn put_page(&mut self, page: &PageRecord, png: Option<&[u8]>, regions: &[RegionRecord], ocr: Option<&PageOcr>) -> Result<(), StoreError> {
+        if let Some(ocr) = ocr {
+            self.txn.open_table(PAGE_OCR)?.insert((self.id.as_str(), page.number), postcard::to_stdvec(ocr)?.as_slice())?;
+        }
         let bytes = postcard::to_stdvec(page)?;
         self.txn.open_table(PAGES)?.insert((self.id.as_str(), page.number), bytes.as_slice())?;
         if let Some(png) = png {

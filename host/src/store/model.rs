@@ -179,6 +179,17 @@ pub struct DocumentRecord {
     pub has_page_images: bool,
 }
 
+/// What OCR added to a page: which of its blocks it read and how sure it is of each word.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PageOcr {
+    /// The engine that read the page.
+    pub engine: String,
+    /// The page's blocks from this index on were read by OCR (0: all of them).
+    pub first_block: u32,
+    /// Each OCR'd word's confidence (0 to 1), block by block, line by line.
+    pub word_confidence: Vec<f32>,
+}
+
 /// What reading a damaged document could not recover: kept beside its record, empty for a
 /// whole file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -117,7 +117,7 @@ function uploadOne(file) {
 async function followJob(job, progress) {
   for (;;) {
     const pages = Math.max(job.pages, 1);
-    if (job.state === "reading") progress.set(0.2 + 0.3 * job.pages_read / pages, `reading page ${job.pages_read} of ${job.pages}`);
+    if (job.state === "reading") progress.set(0.2 + 0.3 * job.pages_read / pages, `reading page ${job.pages_read} of ${job.pages}` + (job.pages_ocr ? ` (${job.pages_ocr} by OCR)` : ""));
     if (job.state === "indexing") progress.set(0.5 + 0.5 * job.pages_indexed / pages, `indexing page ${job.pages_indexed} of ${job.pages}`);
     if (job.state === "enriching") progress.set(0.95, `enriching: ${job.pages_enriched} page calls made`);
     if (job.state === "done") {

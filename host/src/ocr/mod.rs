@@ -1,0 +1,185 @@
+//! OCR: PP-OCRv5's text detector and recogniser, run in burn, for pages without a text layer.
+//! The networks are generated from the ONNX files set-up unpacks; pre- and post-processing
+//! (DB's boxes, CTC's decoding) are here in Rust.
+
+mod detect;
+mod networks;
+mod recognise;
+pub mod weights;
+
+pub use detect::{DbSettings, PixelBox, detector_input, input_size, text_boxes};
+pub use recognise::{DecodedChar, DecodedLine, Dictionary, LINE_HEIGHT, STEP_COLUMNS, batch_width, ctc_greedy, scaled_width, write_line_input};
+
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+use burn_store::{BurnpackStore, ModuleSnapshot};
+use image::RgbImage;
+use thiserror::Error;
+
+use crate::error::{Classified, ErrorKind};
+
+/// The folder under the models folder where set-up puts PP-OCRv5.
+pub const MODEL_DIR: &str = "ppocrv5";
+/// The detector's and recogniser's ONNX files, as set-up names them.
+pub const DETECTOR_FILE: &str = "ppocrv5_det.onnx";
+pub const RECOGNISER_FILE: &str = "ppocrv5_rec.onnx";
+const DICTIONARY_FILE: &str = "ppocr_keys_v5.txt";
+/// Lines recognised in one pass of the recogniser (PaddleOCR's `rec_batch_num`).
+const LINES_PER_BATCH: usize = 6;
+/// The detector sees at most this many pixels on an image's longer side (PaddleOCR's limit).
+const MAX_DETECTOR_SIDE: u32 = 4000;
+
+/// Why OCR could not run.
+#[derive(Debug, Error)]
+pub enum OcrError {
+    #[error("the OCR model file {0} is missing; run the set-up (scripts/setup.sh)")]
+    Missing(PathBuf),
+    #[error("cannot convert the OCR model {path} for burn: {reason}")]
+    Convert { path: PathBuf, reason: String },
+    #[error("cannot load the OCR weights {path}: {reason}; delete the file and run again to convert it anew")]
+    Load { path: PathBuf, reason: String },
+    #[error("the recogniser has {classes} classes but its dictionary {dictionary} has {entries}")]
+    Dictionary { classes: usize, dictionary: PathBuf, entries: usize },
+    #[error("the OCR networks failed: {0}")]
+    Compute(String),
+}
+
+impl Classified for OcrError {
+    fn kind(&self) -> ErrorKind {
+        ErrorKind::Internal
+    }
+}
+
+/// A recognised text line on an image: its box, text and each character's columns.
+#[derive(Debug, Clone)]
+pub struct OcrLine {
+    pub bbox: PixelBox,
+    pub confidence: f32,
+    pub chars: Vec<OcrChar>,
+}
+
+impl OcrLine {
+    /// The line's text.
+    pub fn text(&self) -> String {
+        self.chars.iter().map(|c| c.ch).collect()
+    }
+}
+
+/// A recognised character and the columns of the image it spans.
+#[derive(Debug, Clone, Copy)]
+pub struct OcrChar {
+    pub ch: char,
+    pub x0: f32,
+    pub x1: f32,
+    pub confidence: f32,
+}
+
+/// PP-OCRv5's detector and recogniser, loaded on one burn device.
+pub struct OcrEngine {
+    detector: networks::detector::Model,
+    recogniser: networks::recogniser::Model,
+    dictionary: Dictionary,
+    device: Device,
+    settings: DbSettings,
+}
+
+impl OcrEngine {
+    /// Loads the networks from `dir` (set-up's `models/ppocrv5`), converting their weights on
+    /// first use.
+    pub fn load(dir: &Path, device: &Device) -> Result<OcrEngine, OcrError> {
+        let dictionary = Dictionary::load(&dir.join(DICTIONARY_FILE))?;
+        let mut detector = networks::detector::Model::new(device);
+        load_weights(&mut detector, &dir.join(DETECTOR_FILE))?;
+        let mut recogniser = networks::recogniser::Model::new(device);
+        load_weights(&mut recogniser, &dir.join(RECOGNISER_FILE))?;
+        Ok(OcrEngine { detector, recogniser, dictionary, device: device.clone(), settings: DbSettings::default() })
+    }
+
+    /// The text lines of an image, top to bottom, each read left to right.
+    pub fn read(&self, image: &RgbImage) -> Result<Vec<OcrLine>, OcrError> {
+        let (w, h) = image.dimensions();
+        let scale = (MAX_DETECTOR_SIDE as f32 / w.max(h).max(1) as f32).min(1.0);
+        let (dw, dh) = input_size(w, h, scale);
+        let prob = self.probability_map(detector_input(image, dw, dh), dw as usize, dh as usize)?;
+        let mut boxes = text_boxes(&prob, dw as usize, dh as usize, w, h, &self.settings);
+        boxes.sort_by(|a, b| (a.y0 + a.y1).total_cmp(&(b.y0 + b.y1)).then(a.x0.total_cmp(&b.x0)));
+        let crops: Vec<RgbImage> = boxes
+            .iter()
+            .map(|b| image::imageops::crop_imm(image, b.x0 as u32, b.y0 as u32, b.width().max(1.0) as u32, b.height().max(1.0) as u32).to_image())
+            .collect();
+        let decoded = self.recognise(&crops)?;
+        Ok(boxes
+            .into_iter()
+            .zip(crops.iter().zip(decoded))
+            .filter(|(_, (_, line))| !line.chars.is_empty())
+            .map(|(bbox, (crop, line))| {
+                // Output step s covers input columns [8s, 8s + 8) of the line scaled to height 48.
+                let per_column = crop.width() as f32 / scaled_width(crop.width(), crop.height()) as f32;
+                let column = |step: usize| bbox.x0 + (step as u32 * STEP_COLUMNS) as f32 * per_column;
+                let chars = line
+                    .chars
+                    .iter()
+                    .map(|c| OcrChar { ch: c.ch, x0: column(c.steps.0), x1: column(c.steps.1).min(bbox.x1), confidence: c.confidence })
+                    .collect();
+                OcrLine { bbox, confidence: line.confidence, chars }
+            })
+            .collect())
+    }
+
+    /// The detector's text probability map for an input made by [`detector_input`].
+    pub fn probability_map(&self, input: Vec<f32>, width: usize, height: usize) -> Result<Vec<f32>, OcrError> {
+        let x = Tensor::<4>::from_data(TensorData::new(input, [1, 3, height, width]), &self.device);
+        let prob = self.detector.forward(x);
+        prob.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| OcrError::Compute(format!("{e:?}")))
+    }
+
+    /// Each crop's text, in batches of lines of similar width as PaddleOCR runs them.
+    pub fn recognise(&self, crops: &[RgbImage]) -> Result<Vec<DecodedLine>, OcrError> {
+        let widths: Vec<u32> = crops.iter().map(|c| scaled_width(c.width(), c.height())).collect();
+        let mut order: Vec<usize> = (0..crops.len()).collect();
+        order.sort_by_key(|&i| widths[i]);
+        let mut out = vec![DecodedLine::default(); crops.len()];
+        for batch in order.chunks(LINES_PER_BATCH) {
+            let width = batch_width(&batch.iter().map(|&i| widths[i]).collect::<Vec<_>>());
+            let slot = (3 * LINE_HEIGHT * width) as usize;
+            let mut input = vec![0.0f32; slot * batch.len()];
+            for (k, &i) in batch.iter().enumerate() {
+                write_line_input(&crops[i], widths[i], width, &mut input[k * slot..(k + 1) * slot]);
+            }
+            for (k, line) in self.recognise_input(input, batch.len(), width as usize)?.into_iter().enumerate() {
+                out[batch[k]] = line;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decodes a batch input made by [`write_line_input`] (`lines` × 3 × 48 × `width`).
+    pub fn recognise_input(&self, input: Vec<f32>, lines: usize, width: usize) -> Result<Vec<DecodedLine>, OcrError> {
+        let (best, best_prob, steps) = self.best_classes(input, lines, width)?;
+        Ok((0..lines).map(|k| ctc_greedy(&best[k * steps..(k + 1) * steps], &best_prob[k * steps..(k + 1) * steps], &self.dictionary)).collect())
+    }
+
+    /// The best class and its probability at every output step of each line, and the steps
+    /// per line.
+    pub fn best_classes(&self, input: Vec<f32>, lines: usize, width: usize) -> Result<(Vec<usize>, Vec<f32>, usize), OcrError> {
+        let x = Tensor::<4>::from_data(TensorData::new(input, [lines, 3, LINE_HEIGHT as usize, width]), &self.device);
+        let probs = self.recogniser.forward(x);
+        let [_, steps, classes] = probs.dims();
+        if classes != self.dictionary.len() {
+            return Err(OcrError::Dictionary { classes, dictionary: DICTIONARY_FILE.into(), entries: self.dictionary.len() });
+        }
+        let (values, indices) = probs.max_dim_with_indices(2);
+        let err = |e| OcrError::Compute(format!("{e:?}"));
+        let best_prob = values.into_data().convert::<f32>().try_into_vec::<f32>().map_err(err)?;
+        let best = indices.into_data().convert::<i64>().try_into_vec::<i64>().map_err(err)?.into_iter().map(|i| i.max(0) as usize).collect();
+        Ok((best, best_prob, steps))
+    }
+}
+
+/// Loads a generated network's weights from the burnpack converted from `onnx`.
+fn load_weights<M: ModuleSnapshot>(network: &mut M, onnx: &Path) -> Result<(), OcrError> {
+    let path = weights::burnpack_for(onnx)?;
+    let mut store = BurnpackStore::from_file(&path);
+    network.load_from(&mut store).map(|_| ()).map_err(|e| OcrError::Load { path, reason: e.to_string() })
+}

@@ -1,0 +1,165 @@
+//! PP-OCRv5 in burn against onnxruntime (a fixture made once by
+//! tests/fixtures/make_ocr_reference.py): the detector's probability map and the recogniser's
+//! best class at every step, on burn's CPU backend and on wgpu (lavapipe here).
+
+mod common;
+
+use std::path::PathBuf;
+
+use burn::prelude::Device;
+use evident::ocr::{self, OcrEngine, detector_input, write_line_input};
+
+fn model_dir() -> PathBuf {
+    common::repo_root().join(".evident/models").join(ocr::MODEL_DIR)
+}
+
+fn reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(common::repo_root().join("tests/fixtures/ocr_reference.json")).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+fn numbers(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()
+}
+
+fn check_against_onnxruntime(engine: &OcrEngine, backend: &str) {
+    let fixture = reference();
+    let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
+    let (w, h) = (fixture["width"].as_u64().expect("width") as usize, fixture["height"].as_u64().expect("height") as usize);
+    assert_eq!(image.dimensions(), (w as u32, h as u32));
+
+    let prob = engine.probability_map(detector_input(&image, w as u32, h as u32), w, h).expect("detector runs");
+    let stride = fixture["det_stride"].as_u64().expect("stride") as usize;
+    let want = numbers(&fixture["det_prob"]);
+    let got: Vec<f64> = (0..h).step_by(stride).flat_map(|y| (0..w).step_by(stride).map(move |x| (y, x))).map(|(y, x)| f64::from(prob[y * w + x])).collect();
+    assert_eq!(got.len(), want.len());
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(worst < 2e-3, "{backend}: the detector's probabilities differ from onnxruntime's by up to {worst}");
+    let text_pixels = want.iter().filter(|&&p| p > 0.3).count();
+    assert!(text_pixels > 100, "the fixture has text for the detector to find ({text_pixels} pixels)");
+
+    let (top, left, width) = (
+        fixture["rec_top"].as_u64().expect("top") as u32,
+        fixture["rec_left"].as_u64().expect("left") as u32,
+        fixture["rec_width"].as_u64().expect("width") as u32,
+    );
+    let line = image::imageops::crop_imm(&image, left, top, width, ocr::LINE_HEIGHT).to_image();
+    let mut input = vec![0.0f32; (3 * ocr::LINE_HEIGHT * width) as usize];
+    write_line_input(&line, width, width, &mut input);
+    let (best, best_prob, steps) = engine.best_classes(input, 1, width as usize).expect("recogniser runs");
+    assert_eq!(steps as u64, fixture["rec_steps"].as_u64().expect("steps"), "{backend}: output steps");
+    let want_best: Vec<usize> = numbers(&fixture["rec_argmax"]).into_iter().map(|v| v as usize).collect();
+    assert_eq!(best, want_best, "{backend}: the recogniser's best class differs from onnxruntime's");
+    let worst = best_prob.iter().zip(numbers(&fixture["rec_max"])).map(|(a, b)| (f64::from(*a) - b).abs()).fold(0.0, f64::max);
+    assert!(worst < 2e-3, "{backend}: the recogniser's probabilities differ from onnxruntime's by up to {worst}");
+    let text = engine.recognise_input(vec_line(&line, width), 1, width as usize).expect("decodes")[0].text();
+    assert_eq!(text, "Revenue grew 12.5% in 2023", "{backend}: the decoded line");
+}
+
+fn vec_line(line: &image::RgbImage, width: u32) -> Vec<f32> {
+    let mut input = vec![0.0f32; (3 * ocr::LINE_HEIGHT * width) as usize];
+    write_line_input(line, width, width, &mut input);
+    input
+}
+
+#[test]
+fn the_networks_match_onnxruntime_on_the_cpu() {
+    let engine = OcrEngine::load(&model_dir(), &Device::flex()).expect("OCR models load");
+    check_against_onnxruntime(&engine, "flex");
+}
+
+#[test]
+fn the_networks_match_onnxruntime_on_wgpu() {
+    let device = Device::wgpu(burn::prelude::DeviceKind::DefaultDevice);
+    let engine = OcrEngine::load(&model_dir(), &device).expect("OCR models load");
+    check_against_onnxruntime(&engine, "wgpu");
+}
+
+#[test]
+fn a_whole_image_reads_as_its_three_lines_in_order() {
+    let engine = OcrEngine::load(&model_dir(), &Device::flex()).expect("OCR models load");
+    let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
+    let lines = engine.read(&image).expect("reads");
+    let texts: Vec<String> = lines.iter().map(|l| l.text()).collect();
+    assert_eq!(texts, ["Revenue grew 12.5% in 2023", "Net income: $4,210 million", "see page 47 (unaudited)"]);
+    for line in &lines {
+        assert!(line.confidence > 0.8, "{:?} is read with confidence {}", line.text(), line.confidence);
+        // Characters advance left to right inside their line's box.
+        assert!(line.chars.windows(2).all(|p| p[0].x0 <= p[1].x0), "{:?}", line.chars);
+        assert!(line.chars.first().is_some_and(|c| c.x0 >= line.bbox.x0) && line.chars.last().is_some_and(|c| c.x1 <= line.bbox.x1));
+    }
+    // "2023" ends the first line: its characters lie in the right part of the line.
+    let first = &lines[0];
+    let two = first.chars.iter().rev().nth(3).expect("a character");
+    assert_eq!(two.ch, '2');
+    assert!(two.x0 > first.bbox.x0 + 0.7 * first.bbox.width(), "{two:?} in {:?}", first.bbox);
+}
+
+#[test]
+fn the_generated_networks_are_what_burn_onnx_writes_from_the_shipped_files() {
+    let out = tempfile::tempdir().expect("temp dir");
+    for (onnx, generated) in [(ocr::DETECTOR_FILE, "detector.rs"), (ocr::RECOGNISER_FILE, "recogniser.rs")] {
+        ocr::weights::generate(&model_dir().join(onnx), out.path()).expect("burn-onnx converts the file");
+        let stem = onnx.trim_end_matches(".onnx");
+        let fresh = std::fs::read_to_string(out.path().join(format!("{stem}.rs"))).expect("generated source");
+        let committed = std::fs::read_to_string(common::repo_root().join("host/src/ocr/networks").join(generated)).expect("committed source");
+        // The committed file's header (comment lines) replaces the generator's one-line header.
+        let body = |text: &str| text.lines().skip_while(|l| l.starts_with("//")).collect::<Vec<_>>().join("\n");
+        assert!(body(&fresh) == body(&committed), "host/src/ocr/networks/{generated} is not what burn-onnx generates from {onnx}");
+    }
+}
+
+/// Pages 7 to 9 of a scanned slide deck of the benchmark (no text layer) as a PDF of their own,
+/// cut by PDFium through the set-up's Python environment.
+fn scanned_pages(dir: &std::path::Path) -> PathBuf {
+    let deck = common::bench_pdf("mmlongbench-doc/b3m5kaeqm2w8n4bwcesw-140602121350-phpapp02_95.pdf");
+    let out = dir.join("waves.pdf");
+    let script = "import sys, pypdfium2 as pdfium\nsrc = pdfium.PdfDocument(sys.argv[1])\nnew = pdfium.PdfDocument.new()\nnew.import_pages(src, [6, 7, 8])\nnew.save(sys.argv[2])\n";
+    let status = std::process::Command::new(common::repo_root().join(".evident/venv/bin/python"))
+        .args(["-c", script])
+        .arg(&deck)
+        .arg(&out)
+        .status()
+        .expect("the set-up's Python runs");
+    assert!(status.success(), "cutting pages out of {}", deck.display());
+    out
+}
+
+#[test]
+fn a_scanned_page_is_found_by_words_only_its_image_has_and_cited_where_they_are() {
+    let app = common::Appliance::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pdf = scanned_pages(dir.path());
+    // Ingested without OCR, as before OCR existed: the pages have no words to find.
+    let out = app.ingest(&[&pdf], &["--no-images", "--no-enrich", "--ocr", "never"]);
+    assert!(out.contains("3 without a text layer,") && !out.contains("read by OCR"), "{out}");
+    assert!(common::page_text(&app.page("waves", 2)).is_empty());
+    // `index` reads them with OCR (ingest.ocr is auto) and indexes them again.
+    let out = app.ok(&["index"]);
+    assert!(out.contains("(3 pages read by OCR)") && out.contains("1 indexed"), "{out}");
+
+    let hits: serde_json::Value = serde_json::from_str(&app.ok(&["search", "wave speed frequency wavelength", "--k", "1", "--json"])).expect("search JSON");
+    assert_eq!(hits[0]["page"].as_u64(), Some(2), "the slide with the wave formula comes first: {hits}");
+
+    let shown: serde_json::Value = serde_json::from_str(&app.ok(&["show", "waves", "--page", "2", "--json"])).expect("page JSON");
+    let ocr = &shown["ocr"];
+    assert_eq!(ocr["first_block"].as_u64(), Some(0), "every block of a scanned page is OCR's");
+    let page: evident::store::PageRecord = serde_json::from_value(shown["page"].clone()).expect("a page record");
+    let words = page.blocks.iter().flat_map(|b| &b.lines).flat_map(|l| &l.words).count();
+    assert_eq!(ocr["word_confidence"].as_array().map(Vec::len), Some(words), "one confidence per OCR'd word");
+
+    // onnxruntime's run of the same networks (tests/fixtures/make_ocr_reference.py's pipeline)
+    // finds the line "Wave Speed = Frequency x Wavelength" at pixels (762, 106)-(1427, 147) of
+    // the page drawn 1600 pixels wide. The citation's word boxes must lie on that line.
+    let scale = 1600.0 / page.width;
+    let line = (762.0 / scale, 106.0 / scale, 1427.0 / scale, 147.0 / scale);
+    let blocks: Vec<&evident::store::Block> = page.blocks.iter().collect();
+    let boxes = evident::retrieval::matching_word_boxes(&blocks, "frequency wavelength");
+    assert!(!boxes.is_empty(), "the cited words are found on the page: {}", page.text());
+    for b in &boxes {
+        let inside = b.x0 >= line.0 - 4.0 && b.y0 >= line.1 - 4.0 && b.x1 <= line.2 + 4.0 && b.y1 <= line.3 + 4.0;
+        assert!(inside, "the evidence box {b:?} lies on the line {line:?}");
+    }
+    let covered: f32 = boxes.iter().map(|b| b.width()).sum();
+    assert!(covered > 0.4 * (line.2 - line.0), "the boxes cover the two words, not a sliver: {boxes:?} on {line:?}");
+}
