@@ -107,7 +107,7 @@ pub fn show(ctx: &Context, args: ShowArgs) -> Result<ExitCode> {
     if let Some(ocr) = &ocr {
         let words = ocr.word_confidence.len();
         let mean = if words == 0 { 0.0 } else { ocr.word_confidence.iter().sum::<f32>() / words as f32 };
-        println!("(blocks [{}] on were read by OCR ({}): {words} words, mean confidence {mean:.2})", ocr.first_block, ocr.engine);
+        println!("(blocks {:?} were read by OCR ({}): {words} words, mean confidence {mean:.2})", ocr.blocks, ocr.engine);
     }
     for (i, b) in page.blocks.iter().enumerate() {
         let style = format!("{:.1}pt{}", b.font_size, if b.bold { " bold" } else { "" });

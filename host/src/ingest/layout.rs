@@ -244,7 +244,8 @@ fn continues_block(block: &Block, prev: &StyledLine, line: &StyledLine) -> bool 
 
 /// Orders blocks by recursive XY-cut: split at a clear vertical gutter (columns) first, then
 /// at a horizontal gap (rows), and read each part in turn.
-fn reading_order(blocks: Vec<Block>) -> Vec<Block> {
+/// Blocks in reading order: a recursive XY-cut (columns first, tables by rows).
+pub fn reading_order(blocks: Vec<Block>) -> Vec<Block> {
     let mut out = Vec::with_capacity(blocks.len());
     xy_cut(blocks, &mut out);
     out

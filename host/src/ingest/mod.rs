@@ -11,7 +11,7 @@ mod wire;
 mod worker;
 
 pub use headings::{document_outline, heading_outline};
-pub use layout::{Glyph, layout_page};
+pub use layout::{Glyph, layout_page, reading_order};
 pub use ocr_pages::{ENGINE as OCR_ENGINE, OcrSettings, PageOcrError, areas_to_read, read_page_text};
 pub use ocr_text::{OcrText, ocr_text};
 pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};

@@ -1,14 +1,16 @@
 //! Which parts of a page OCR reads, and reading them: a page without a text layer whole, and
 //! on a page with one the pictures that cover much of it (a scanned insert, a chart).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::layout::reading_order;
 use super::ocr_text::ocr_text;
 use super::pdf::{PageRead, PdfError};
 use super::worker::WorkerDocument;
 use crate::config::{ApplianceConfig, OcrMode};
 use crate::ocr::{OcrEngine, OcrError};
-use crate::store::{BoundingBox, PageOcr, RegionKind};
+use crate::store::{Block, BoundingBox, PageOcr, RegionKind};
 
 /// The engine's name as page records give it.
 pub const ENGINE: &str = "PP-OCRv5 mobile";
@@ -73,24 +75,43 @@ pub fn areas_to_read(read: &PageRead, mode: OcrMode) -> Vec<BoundingBox> {
     }
 }
 
-/// Reads the areas `settings` asks for on one page and adds their words to its blocks (after
-/// the text layer's). None when there was nothing to read.
+/// Reads the areas `settings` asks for on one page and adds their words to its blocks, in
+/// reading order with the text layer's. None when there was nothing to read.
 pub fn read_page_text(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &OcrSettings) -> Result<Option<PageOcr>, PageOcrError> {
     let areas = areas_to_read(read, settings.mode);
     if areas.is_empty() {
         return Ok(None);
     }
     let skip: Vec<BoundingBox> = read.page.blocks.iter().flat_map(|b| &b.lines).flat_map(|l| &l.words).map(|w| w.bbox).collect();
-    let first_block = read.page.blocks.len() as u32;
-    let mut word_confidence = Vec::new();
+    // Each OCR'd block with its words' confidences, found again after reading order mixes
+    // them with the text layer's blocks (by box and text, which OCR never repeats).
+    let mut read_blocks: HashMap<(String, [u32; 4]), Vec<f32>> = HashMap::new();
+    let mut blocks = std::mem::take(&mut read.page.blocks);
     for area in areas {
         let png = pdf.render_crop(read.page.number, area, MAX_DPI, settings.max_px)?;
         let image = image::load_from_memory(&png).map_err(|e| PageOcrError::Image(e.to_string()))?.to_rgb8();
         let scale = image.width() as f32 / area.width().max(1.0);
         let lines = settings.engine.read(&image)?;
         let text = ocr_text(&lines, &area, scale, &skip);
-        read.page.blocks.extend(text.blocks);
-        word_confidence.extend(text.word_confidence);
+        let mut confidence = text.word_confidence.into_iter();
+        for block in text.blocks {
+            let words = block.lines.iter().map(|l| l.words.len()).sum();
+            read_blocks.insert(block_key(&block), confidence.by_ref().take(words).collect());
+            blocks.push(block);
+        }
     }
-    Ok(Some(PageOcr { engine: ENGINE.into(), first_block, word_confidence }))
+    read.page.blocks = if read.page.has_text_layer { reading_order(blocks) } else { blocks };
+    let mut ocr = PageOcr { engine: ENGINE.into(), blocks: Vec::new(), word_confidence: Vec::new() };
+    for (i, block) in read.page.blocks.iter().enumerate() {
+        if let Some(confidence) = read_blocks.remove(&block_key(block)) {
+            ocr.blocks.push(i as u32);
+            ocr.word_confidence.extend(confidence);
+        }
+    }
+    Ok(Some(ocr))
+}
+
+fn block_key(block: &Block) -> (String, [u32; 4]) {
+    let b = &block.bbox;
+    (block.text(), [b.x0.to_bits(), b.y0.to_bits(), b.x1.to_bits(), b.y1.to_bits()])
 }

@@ -33,6 +33,9 @@ pub fn generate(onnx: &Path, out_dir: &Path) -> Result<(), OcrError> {
         return Err(OcrError::Missing(onnx.to_path_buf()));
     }
     let (input, out) = (onnx.to_string_lossy().into_owned(), out_dir.to_string_lossy().into_owned());
+    // The importer installs a DEBUG-level global subscriber unless one is set; a process that
+    // set none (a library caller, a test) keeps its silence instead.
+    let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
     std::panic::catch_unwind(|| ModelGen::new().input(&input).out_dir(&out).development(false).load_strategy(LoadStrategy::None).run_from_cli()).map_err(
         |panic| {
             let reason = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));

@@ -184,9 +184,9 @@ pub struct DocumentRecord {
 pub struct PageOcr {
     /// The engine that read the page.
     pub engine: String,
-    /// The page's blocks from this index on were read by OCR (0: all of them).
-    pub first_block: u32,
-    /// Each OCR'd word's confidence (0 to 1), block by block, line by line.
+    /// Indices of the page's blocks that OCR read, in reading order.
+    pub blocks: Vec<u32>,
+    /// Each OCR'd word's confidence (0 to 1), those blocks in order, line by line.
     pub word_confidence: Vec<f32>,
 }
 
