@@ -44,9 +44,7 @@ fn check_against_onnxruntime(engine: &OcrEngine, backend: &str) {
         fixture["rec_width"].as_u64().expect("width") as u32,
     );
     let line = image::imageops::crop_imm(&image, left, top, width, ocr::LINE_HEIGHT).to_image();
-    let mut input = vec![0.0f32; (3 * ocr::LINE_HEIGHT * width) as usize];
-    write_line_input(&line, width, width, &mut input);
-    let (best, best_prob, steps) = engine.best_classes(input, 1, width as usize).expect("recogniser runs");
+    let (best, best_prob, steps) = engine.best_classes(vec_line(&line, width), 1, width as usize).expect("recogniser runs");
     assert_eq!(steps as u64, fixture["rec_steps"].as_u64().expect("steps"), "{backend}: output steps");
     let want_best: Vec<usize> = numbers(&fixture["rec_argmax"]).into_iter().map(|v| v as usize).collect();
     assert_eq!(best, want_best, "{backend}: the recogniser's best class differs from onnxruntime's");

@@ -12,7 +12,7 @@ mod worker;
 
 pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page, reading_order};
-pub use ocr_pages::{ENGINE as OCR_ENGINE, OcrSettings, PageOcrError, areas_to_read, read_page_text};
+pub use ocr_pages::{ENGINE as OCR_ENGINE, OcrSettings, PageOcrError, areas_to_read, read_page_text, read_page_text_or_keep};
 pub use ocr_text::{OcrText, ocr_text};
 pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};
 pub use progress::IngestProgress;
@@ -24,7 +24,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::store::{DamageRecord, DocumentRecord, PageOcr, PageRecord, Store, StoreError};
 
@@ -121,22 +121,11 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         // crash a fresh worker goes on with the next page, within the document's deadline.
         let lost = match pdf.read_page(number, options.image_max_px) {
             Ok(mut page) => {
-                ocr.push(match &options.ocr {
-                    Some(settings) => {
-                        let started = Instant::now();
-                        let read = read_page_text(&mut pdf, &mut page, settings);
-                        pdf.exclude_from_deadline(started.elapsed());
-                        // A page OCR cannot read keeps what its text layer has.
-                        read.unwrap_or_else(|e| {
-                            warn!(path = %path.display(), "page {number} was not read by OCR: {e}");
-                            None
-                        })
-                    }
-                    None => None,
-                });
-                if ocr.last().is_some_and(Option::is_some) {
+                let page_ocr = options.ocr.as_ref().and_then(|settings| read_page_text_or_keep(&mut pdf, &mut page, settings, path));
+                if page_ocr.is_some() {
                     progress.page_ocr_done();
                 }
+                ocr.push(page_ocr);
                 pages.push(page);
                 None
             }
@@ -228,20 +217,16 @@ pub fn ocr_stored_document(
     let mut read_pages = Vec::new();
     for number in wanted {
         let mut read = pdf.read_page(number, None).map_err(pdf_err)?;
-        let started = Instant::now();
-        let ocr = read_page_text(&mut pdf, &mut read, settings);
-        pdf.exclude_from_deadline(started.elapsed());
-        match ocr {
-            Ok(Some(ocr)) => {
-                read_pages.push((read.page, ocr));
-                progress.page_ocr_done();
-            }
-            Ok(None) => {}
-            Err(e) => warn!(path = %path.display(), "page {number} was not read by OCR: {e}"),
+        if let Some(ocr) = read_page_text_or_keep(&mut pdf, &mut read, settings, &path) {
+            read_pages.push((read.page, ocr));
+            progress.page_ocr_done();
         }
         progress.page_done();
     }
-    store.put_ocr_pages(doc, &read_pages).map_err(store_err)?;
+    // Nothing read leaves the document (and its indexes) as they were.
+    if !read_pages.is_empty() {
+        store.put_ocr_pages(doc, &read_pages).map_err(store_err)?;
+    }
     Ok(read_pages.len() as u32)
 }
 

@@ -2,7 +2,11 @@
 //! on a page with one the pictures that cover much of it (a scanned insert, a chart).
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::warn;
 
 use super::layout::reading_order;
 use super::ocr_text::ocr_text;
@@ -109,6 +113,18 @@ pub fn read_page_text(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &
         }
     }
     Ok(Some(ocr))
+}
+
+/// [`read_page_text`] for a page being read from `path`: the time OCR takes is left out of
+/// PDFium's deadline, and a page OCR cannot read keeps what its text layer has (and a warning).
+pub fn read_page_text_or_keep(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &OcrSettings, path: &Path) -> Option<PageOcr> {
+    let started = Instant::now();
+    let ocr = read_page_text(pdf, read, settings);
+    pdf.exclude_from_deadline(started.elapsed());
+    ocr.unwrap_or_else(|e| {
+        warn!(path = %path.display(), "page {} was not read by OCR: {e}", read.page.number);
+        None
+    })
 }
 
 fn block_key(block: &Block) -> (String, [u32; 4]) {

@@ -215,18 +215,23 @@ impl Store {
 
     /// A page's regions, in reading order (empty for a page without any).
     pub fn regions(&self, doc: &DocumentRecord, number: u32) -> Result<Vec<RegionRecord>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(REGIONS)?;
-        Ok(match table.get((doc.id.as_str(), number))? {
-            Some(v) => postcard::from_bytes(v.value())?,
-            None => Vec::new(),
-        })
+        Ok(self.page_entry(REGIONS, doc, number)?.unwrap_or_default())
     }
 
     /// What OCR added to a page (None for a page it did not read).
     pub fn page_ocr(&self, doc: &DocumentRecord, number: u32) -> Result<Option<PageOcr>, StoreError> {
+        self.page_entry(PAGE_OCR, doc, number)
+    }
+
+    /// A page's record in one of the tables keyed by document and page (None when it has none).
+    fn page_entry<T: serde::de::DeserializeOwned>(
+        &self,
+        table: TableDefinition<(&str, u32), &[u8]>,
+        doc: &DocumentRecord,
+        number: u32,
+    ) -> Result<Option<T>, StoreError> {
         let txn = self.db.begin_read()?;
-        let table = txn.open_table(PAGE_OCR)?;
+        let table = txn.open_table(table)?;
         Ok(match table.get((doc.id.as_str(), number))? {
             Some(v) => Some(postcard::from_bytes(v.value())?),
             None => None,
