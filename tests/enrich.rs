@@ -470,3 +470,29 @@ fn docmemo_builds_a_schema_at_ingest_and_answers_in_rounds_citing_only_pages_it_
         assert!(cited.is_empty() && rounds.len() == 2, "not answerable after every round: {v}");
     }
 }
+
+#[test]
+fn pages_read_by_ocr_at_index_are_enriched_again() {
+    let s = Setup::new("timeout_s = 60");
+    s.profile("cards", "words = 12", ARTIFACT_MEMORY);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pdf = common::scanned_pages(dir.path());
+    s.ok(&["ingest", "--no-images", "--ocr", "never", pdf.to_str().expect("path")]);
+    let doc = s.only_document();
+    let card_words = |s: &Setup| -> Vec<String> {
+        let sets = s.sets(&doc);
+        assert_eq!(sets.len(), 1, "{sets:?}");
+        assert_eq!(sets[0]["state"].as_str(), Some("complete"), "{sets:?}");
+        of_kind(&sets[0], "page-card")
+            .iter()
+            .flat_map(|a| a["text"].as_str().unwrap_or("").split_whitespace().map(str::to_lowercase).collect::<Vec<_>>())
+            .collect()
+    };
+    // Enriched at ingest from pages without text.
+    assert!(card_words(&s).is_empty(), "{:?}", card_words(&s));
+    // `index` reads the pages with OCR; the set made from the empty pages is made again.
+    let out = s.ok(&["index"]);
+    assert!(out.contains("(3 pages read by OCR)"), "{out}");
+    let words = card_words(&s);
+    assert!(words.iter().any(|w| w.contains("wave")), "the cards now hold the slides' words: {words:?}");
+}

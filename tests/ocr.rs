@@ -109,25 +109,11 @@ fn the_generated_networks_are_what_burn_onnx_writes_from_the_shipped_files() {
 
 /// Pages 7 to 9 of a scanned slide deck of the benchmark (no text layer) as a PDF of their own,
 /// cut by PDFium through the set-up's Python environment.
-fn scanned_pages(dir: &std::path::Path) -> PathBuf {
-    let deck = common::bench_pdf("mmlongbench-doc/b3m5kaeqm2w8n4bwcesw-140602121350-phpapp02_95.pdf");
-    let out = dir.join("waves.pdf");
-    let script = "import sys, pypdfium2 as pdfium\nsrc = pdfium.PdfDocument(sys.argv[1])\nnew = pdfium.PdfDocument.new()\nnew.import_pages(src, [6, 7, 8])\nnew.save(sys.argv[2])\n";
-    let status = std::process::Command::new(common::repo_root().join(".evident/venv/bin/python"))
-        .args(["-c", script])
-        .arg(&deck)
-        .arg(&out)
-        .status()
-        .expect("the set-up's Python runs");
-    assert!(status.success(), "cutting pages out of {}", deck.display());
-    out
-}
-
 #[test]
 fn a_scanned_page_is_found_by_words_only_its_image_has_and_cited_where_they_are() {
     let app = common::Appliance::new();
     let dir = tempfile::tempdir().expect("temp dir");
-    let pdf = scanned_pages(dir.path());
+    let pdf = common::scanned_pages(dir.path());
     // Ingested without OCR, as before OCR existed: the pages have no words to find.
     let out = app.ingest(&[&pdf], &["--no-images", "--no-enrich", "--ocr", "never"]);
     assert!(out.contains("3 without a text layer,") && !out.contains("read by OCR"), "{out}");
@@ -160,4 +146,24 @@ fn a_scanned_page_is_found_by_words_only_its_image_has_and_cited_where_they_are(
     }
     let covered: f32 = boxes.iter().map(|b| b.width()).sum();
     assert!(covered > 0.4 * (line.2 - line.0), "the boxes cover the two words, not a sliver: {boxes:?} on {line:?}");
+}
+
+#[test]
+fn bench_ocr_scores_a_born_digital_page_against_its_text_layer() {
+    let app = common::Appliance::new();
+    let report = common::bench_pdf("mmlongbench-doc/7c3f6204b3241f142f0f8eb8e1fefe7a.pdf");
+    let report = report.to_str().expect("a UTF-8 path");
+    // Without Tesseract the bench says how to get it, before any page is read.
+    let out = app.run(&["bench", "ocr", report, "--pages", "1", "--tesseract", "/nonexistent/tesseract"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("apt-get install tesseract-ocr"), "{stderr}");
+
+    let rows: serde_json::Value = serde_json::from_str(&app.ok(&["bench", "ocr", report, "--pages", "1", "--no-tesseract", "--json"])).expect("bench JSON");
+    let rows = rows.as_array().expect("rows");
+    let all = rows.iter().find(|r| r["kind"] == "all").expect("a row over all pages");
+    assert_eq!(all["pages"].as_u64(), Some(1), "{rows:?}");
+    assert!(all["reference_words"].as_u64().unwrap_or(0) >= 20, "the page's text layer is the reference: {rows:?}");
+    // A clean report page: onnxruntime's run of these networks misreads about 1 % of its characters.
+    let (cer, wer) = (all["cer"].as_f64().unwrap_or(1.0), all["wer"].as_f64().unwrap_or(1.0));
+    assert!(cer < 0.05 && wer < 0.1, "CER {cer}, WER {wer}: {rows:?}");
 }

@@ -216,6 +216,9 @@ pub struct IngestConfig {
     pub ocr: OcrMode,
     /// Longer side, in pixels, of the image of a page (or picture) that OCR reads.
     pub ocr_max_px: u32,
+    /// Longer side, in pixels, of the image OCR's text detector sees (lines are read from the
+    /// full image).
+    pub ocr_detect_px: u32,
 }
 
 /// The folder relative paths in the configuration resolve against: `EVIDENT_HOME` when set;
@@ -298,6 +301,9 @@ impl ApplianceConfig {
         }
         if !(320..=8000).contains(&i.ocr_max_px) {
             return Err(format!("ingest.ocr_max_px is {}; it must be between 320 and 8000", i.ocr_max_px));
+        }
+        if !(320..=4000).contains(&i.ocr_detect_px) {
+            return Err(format!("ingest.ocr_detect_px is {}; it must be between 320 and 4000", i.ocr_detect_px));
         }
         if !(16..=8192).contains(&i.page_image_max_px) {
             return Err(format!("ingest.page_image_max_px is {}; it must be between 16 and 8192", i.page_image_max_px));

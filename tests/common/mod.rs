@@ -128,3 +128,15 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
 pub fn floats(v: &serde_json::Value) -> Vec<f32> {
     v.as_array().expect("floats").iter().map(|x| x.as_f64().expect("number") as f32).collect()
 }
+
+/// Three scanned slides (no text layer; the second shows "Wave Speed = Frequency x Wavelength")
+/// cut out of a benchmark deck into `dir`.
+pub fn scanned_pages(dir: &Path) -> PathBuf {
+    let deck = bench_pdf("mmlongbench-doc/b3m5kaeqm2w8n4bwcesw-140602121350-phpapp02_95.pdf");
+    let out = dir.join("waves.pdf");
+    let script = "import sys, pypdfium2 as pdfium\nsrc = pdfium.PdfDocument(sys.argv[1])\nnew = pdfium.PdfDocument.new()\nnew.import_pages(src, [6, 7, 8])\nnew.save(sys.argv[2])\n";
+    let status =
+        Command::new(repo_root().join(".evident/venv/bin/python")).args(["-c", script]).arg(&deck).arg(&out).status().expect("the set-up's Python runs");
+    assert!(status.success(), "cutting pages out of {}", deck.display());
+    out
+}

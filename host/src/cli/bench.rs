@@ -27,6 +27,8 @@ pub enum BenchCommand {
     Search(super::bench_search::BenchSearchArgs),
     /// Stage-call overhead of the plugin sandbox, its share of a question, and swap latency.
     Stages(BenchStagesArgs),
+    /// OCR's character and word error rates and pages/s on born-digital pages, beside Tesseract.
+    Ocr(super::bench_ocr::BenchOcrArgs),
     /// Load on a running `evident serve`: queries/s, p50/p99 latency, 429s and memory at 1, 4, 32 clients.
     Http(super::bench_http::BenchHttpArgs),
 }
@@ -122,6 +124,7 @@ pub fn run(ctx: &Context, cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Generate(args) => super::bench_generate::run(ctx, &args.backends, args.prompt_tokens, args.decode_tokens, args.python.as_deref()),
         BenchCommand::Stages(args) => super::bench_stages::run(ctx, args.calls, &args.profile, &args.question),
         BenchCommand::Http(args) => super::bench_http::run(ctx, args),
+        BenchCommand::Ocr(args) => super::bench_ocr::run(ctx, args),
         BenchCommand::Search(args) => super::bench_search::run(ctx, args),
         BenchCommand::Maxsim(args) => super::bench_maxsim::run(
             args.pages,

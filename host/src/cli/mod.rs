@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_generate;
 pub mod bench_http;
 pub mod bench_maxsim;
+pub mod bench_ocr;
 pub mod bench_scale;
 pub mod bench_search;
 pub mod bench_stages;

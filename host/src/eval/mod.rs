@@ -5,6 +5,7 @@
 pub mod accuracy;
 mod answers;
 pub mod metrics;
+pub mod ocr_errors;
 mod questions;
 mod ranking;
 

@@ -263,6 +263,11 @@ fn xy_cut(mut blocks: Vec<Block>, out: &mut Vec<Block>) {
     let row_cut = find_cut(&blocks, |b| (b.bbox.y0, b.bbox.y1), 0.0);
     // A gutter whose two sides line up row by row is a table: read it by rows.
     let table = column_cut.is_some_and(|x| rows_line_up(&blocks, x));
+    // Each cut must leave blocks on both sides, so every call works on fewer blocks; a box with
+    // its edges the wrong way round could otherwise put them all on one side, for ever.
+    let splits = |at: f32, end: fn(&Block) -> f32| blocks.iter().any(|b| end(b) <= at) && blocks.iter().any(|b| end(b) > at);
+    let column_cut = column_cut.filter(|&x| splits(x, |b| b.bbox.x1));
+    let row_cut = row_cut.filter(|&y| splits(y, |b| b.bbox.y1));
     match (column_cut, row_cut) {
         (Some(x), row) if !(table && row.is_some()) => {
             let (left, right): (Vec<_>, Vec<_>) = blocks.into_iter().partition(|b| b.bbox.x1 <= x);
@@ -411,5 +416,17 @@ mod tests {
         g.extend(text_glyphs("1,234", 300.0, 100.0, 10.0, false));
         let blocks = layout_page(&g);
         assert_eq!(blocks.len(), 2);
+    }
+
+    #[test]
+    fn a_box_drawn_the_wrong_way_round_ends_the_cutting() {
+        let block = |x0: f32, x1: f32, text: &str| {
+            let bbox = BoundingBox { x0, y0: 100.0, x1, y1: 110.0 };
+            Block { bbox, font_size: 10.0, bold: false, lines: vec![Line { bbox, words: vec![Word { text: text.into(), bbox }] }] }
+        };
+        // The second box starts right of a gutter but ends left of it: a cut there would put
+        // both blocks on one side and cut again for ever.
+        let order: Vec<String> = reading_order(vec![block(0.0, 10.0, "a"), block(20.0, 5.0, "b")]).iter().map(Block::text).collect();
+        assert_eq!(order, ["a", "b"]);
     }
 }

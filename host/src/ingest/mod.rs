@@ -12,7 +12,7 @@ mod worker;
 
 pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page, reading_order};
-pub use ocr_pages::{ENGINE as OCR_ENGINE, OcrSettings, PageOcrError, areas_to_read, read_page_text, read_page_text_or_keep};
+pub use ocr_pages::{ENGINE as OCR_ENGINE, MAX_DPI as OCR_MAX_DPI, OcrSettings, PageOcrError, areas_to_read, read_page_text, read_page_text_or_keep};
 pub use ocr_text::{OcrText, ocr_text};
 pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};
 pub use progress::IngestProgress;

@@ -21,7 +21,7 @@ pub const ENGINE: &str = "PP-OCRv5 mobile";
 /// A picture on a page with a text layer is read when it covers at least this share of it.
 const PICTURE_SHARE: f32 = 0.2;
 /// OCR renders at most this many dots per inch, however small the area.
-const MAX_DPI: u32 = 300;
+pub const MAX_DPI: u32 = 300;
 
 /// How ingest reads pages with OCR.
 #[derive(Clone)]
@@ -39,7 +39,7 @@ impl OcrSettings {
             return Ok(None);
         }
         let device = crate::models::burn_device(config.compute.backend).device;
-        let engine = OcrEngine::load(&config.models_dir.join(crate::ocr::MODEL_DIR), &device)?;
+        let engine = OcrEngine::load(&config.models_dir.join(crate::ocr::MODEL_DIR), &device)?.with_detector_side(config.ingest.ocr_detect_px);
         Ok(Some(OcrSettings { engine: Arc::new(engine), mode, max_px: config.ingest.ocr_max_px }))
     }
 }

@@ -11,6 +11,7 @@ pub use detect::{DbSettings, PixelBox, detector_input, input_size, text_boxes};
 pub use recognise::{DecodedChar, DecodedLine, Dictionary, LINE_HEIGHT, STEP_COLUMNS, batch_width, ctc_greedy, scaled_width, write_line_input};
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use burn::prelude::*;
 use burn_store::{BurnpackStore, ModuleSnapshot};
@@ -27,8 +28,9 @@ pub const RECOGNISER_FILE: &str = "ppocrv5_rec.onnx";
 const DICTIONARY_FILE: &str = "ppocr_keys_v5.txt";
 /// Lines recognised in one pass of the recogniser (PaddleOCR's `rec_batch_num`).
 const LINES_PER_BATCH: usize = 6;
-/// The detector sees at most this many pixels on an image's longer side (PaddleOCR's limit).
-const MAX_DETECTOR_SIDE: u32 = 4000;
+/// The detector sees at most this many pixels on an image's longer side unless told otherwise
+/// (PaddleOCR 3's limit for PP-OCRv5).
+pub const MAX_DETECTOR_SIDE: u32 = 4000;
 
 /// Why OCR could not run.
 #[derive(Debug, Error)]
@@ -49,6 +51,17 @@ impl Classified for OcrError {
     fn kind(&self) -> ErrorKind {
         ErrorKind::Internal
     }
+}
+
+/// Where [`OcrEngine::read_timed`]'s time went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OcrTimes {
+    /// The detector and its boxes (the image's preparation included).
+    pub detect: Duration,
+    /// The recogniser over every line found.
+    pub recognise: Duration,
+    /// Lines the detector found.
+    pub lines: usize,
 }
 
 /// A recognised text line on an image: its box, text and each character's columns.
@@ -82,6 +95,7 @@ pub struct OcrEngine {
     dictionary: Dictionary,
     device: Device,
     settings: DbSettings,
+    detector_side: u32,
 }
 
 impl OcrEngine {
@@ -93,13 +107,26 @@ impl OcrEngine {
         load_weights(&mut detector, &dir.join(DETECTOR_FILE))?;
         let mut recogniser = networks::recogniser::Model::new(device);
         load_weights(&mut recogniser, &dir.join(RECOGNISER_FILE))?;
-        Ok(OcrEngine { detector, recogniser, dictionary, device: device.clone(), settings: DbSettings::default() })
+        Ok(OcrEngine { detector, recogniser, dictionary, device: device.clone(), settings: DbSettings::default(), detector_side: MAX_DETECTOR_SIDE })
+    }
+
+    /// The engine with its detector seeing images scaled down to at most `px` pixels on their
+    /// longer side (lines are still read from the full image).
+    pub fn with_detector_side(mut self, px: u32) -> OcrEngine {
+        self.detector_side = px.clamp(32, MAX_DETECTOR_SIDE);
+        self
     }
 
     /// The text lines of an image, top to bottom, each read left to right.
     pub fn read(&self, image: &RgbImage) -> Result<Vec<OcrLine>, OcrError> {
+        self.read_timed(image).map(|(lines, _)| lines)
+    }
+
+    /// [`OcrEngine::read`], and how long finding the lines and reading them took.
+    pub fn read_timed(&self, image: &RgbImage) -> Result<(Vec<OcrLine>, OcrTimes), OcrError> {
+        let started = Instant::now();
         let (w, h) = image.dimensions();
-        let scale = (MAX_DETECTOR_SIDE as f32 / w.max(h).max(1) as f32).min(1.0);
+        let scale = (self.detector_side as f32 / w.max(h).max(1) as f32).min(1.0);
         let (dw, dh) = input_size(w, h, scale);
         let prob = self.probability_map(detector_input(image, dw, dh), dw as usize, dh as usize)?;
         let mut boxes = text_boxes(&prob, dw as usize, dh as usize, w, h, &self.settings);
@@ -108,8 +135,10 @@ impl OcrEngine {
             .iter()
             .map(|b| image::imageops::crop_imm(image, b.x0 as u32, b.y0 as u32, b.width().max(1.0) as u32, b.height().max(1.0) as u32).to_image())
             .collect();
+        let detect = started.elapsed();
         let decoded = self.recognise(&crops)?;
-        Ok(boxes
+        let times = OcrTimes { detect, recognise: started.elapsed() - detect, lines: crops.len() };
+        let lines = boxes
             .into_iter()
             .zip(crops.iter().zip(decoded))
             .filter(|(_, (_, line))| !line.chars.is_empty())
@@ -120,11 +149,16 @@ impl OcrEngine {
                 let chars = line
                     .chars
                     .iter()
-                    .map(|c| OcrChar { ch: c.ch, x0: column(c.steps.0), x1: column(c.steps.1).min(bbox.x1), confidence: c.confidence })
+                    .map(|c| {
+                        // A character read in the padding past the line's end stays at its end.
+                        let x0 = column(c.steps.0).min(bbox.x1);
+                        OcrChar { ch: c.ch, x0, x1: column(c.steps.1).min(bbox.x1).max(x0), confidence: c.confidence }
+                    })
                     .collect();
                 OcrLine { bbox, confidence: line.confidence, chars }
             })
-            .collect())
+            .collect();
+        Ok((lines, times))
     }
 
     /// The detector's text probability map for an input made by [`detector_input`].

@@ -155,7 +155,7 @@ fn sweep_set(txn: &redb::WriteTransaction, doc_id: &str, set: &str) -> Result<()
     Ok(())
 }
 
-/// Removes every set and artifact of a document (its removal).
+/// Removes every set and artifact of a document (its removal, or its text changed by OCR).
 pub(super) fn sweep_document(txn: &redb::WriteTransaction, doc_id: &str) -> Result<(), StoreError> {
     let sets: Vec<String> = {
         let table = txn.open_table(ENRICH_SETS)?;

@@ -264,11 +264,9 @@ impl Store {
         }
     }
 
-    /// Records what retrieval has indexed of a document.
-    /// Fails with `NoSuchDocument` when the document was removed meanwhile, so that an index
-    /// finished after a removal leaves nothing behind.
-    /// Replaces pages by their OCR'd versions, with what OCR added to each, and marks the
-    /// document's indexes out of date, all in one transaction.
+    /// Replaces pages by their OCR'd versions, with what OCR added to each, marks the
+    /// document's indexes out of date and drops its enrich sets (made from the text before),
+    /// all in one transaction.
     pub fn put_ocr_pages(&self, doc: &DocumentRecord, pages: &[(PageRecord, PageOcr)]) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
@@ -283,11 +281,15 @@ impl Store {
             }
             drop((table, ocr_table));
             txn.open_table(INDEX_STATE)?.remove(doc.id.as_str())?;
+            artifacts::sweep_document(&txn, &doc.id)?;
         }
         txn.commit()?;
         Ok(())
     }
 
+    /// Records what retrieval has indexed of a document.
+    /// Fails with `NoSuchDocument` when the document was removed meanwhile, so that an index
+    /// finished after a removal leaves nothing behind.
     pub fn set_index_state(&self, doc: &DocumentRecord, state: &IndexState) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
