@@ -97,12 +97,15 @@ pub fn run(ctx: &Context, args: BenchOcrArgs) -> Result<ExitCode> {
 
     let mut page_rows = Vec::new();
     let mut ours: BTreeMap<&str, EngineTotals> = BTreeMap::new();
+    // Each page image's pixels a point, for Tesseract's boxes too.
+    let mut scales = Vec::with_capacity(sample.len());
     for (i, page) in sample.iter().enumerate() {
         let started = Instant::now();
         let image = image::load_from_memory(&page.png).context("a rendered page is not an image")?.to_rgb8();
         let (lines, times) = engine.read_timed(&image)?;
         let seconds = started.elapsed().as_secs_f64();
         let scale = image.width() as f32 / page.width;
+        scales.push(scale);
         let area = BoundingBox { x0: 0.0, y0: 0.0, x1: page.width, y1: image.height() as f32 / scale };
         let words: Vec<Word> = ocr_text(&lines, &area, scale, &[]).blocks.into_iter().flat_map(|b| b.lines).flat_map(|l| l.words).collect();
         let errors = page_errors(&page.reference, &words);
@@ -133,8 +136,7 @@ pub fn run(ctx: &Context, args: BenchOcrArgs) -> Result<ExitCode> {
             let t = theirs.entry(kind).or_default();
             t.seconds = seconds;
             for ((i, page), words) in pages.into_iter().zip(words) {
-                let scale = page_scale(page)?;
-                let words: Vec<Word> = words.into_iter().map(|w| Word { text: w.text, bbox: scaled(&w.bbox, scale) }).collect();
+                let words: Vec<Word> = words.into_iter().map(|w| Word { text: w.text, bbox: scaled(&w.bbox, scales[i]) }).collect();
                 let errors = page_errors(&page.reference, &words);
                 t.errors.add(&errors);
                 t.pages += 1;
@@ -268,12 +270,6 @@ fn choose_pages(ctx: &Context, files: &[PathBuf], pages: usize, min_words: usize
 
 fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-/// Pixels a point in a sample page's image.
-fn page_scale(page: &SamplePage) -> Result<f32> {
-    let (w, _) = image::load_from_memory(&page.png).context("a rendered page is not an image")?.to_rgb8().dimensions();
-    Ok(w as f32 / page.width)
 }
 
 fn scaled(b: &BoundingBox, scale: f32) -> BoundingBox {

@@ -30,7 +30,7 @@ const DICTIONARY_FILE: &str = "ppocr_keys_v5.txt";
 const LINES_PER_BATCH: usize = 6;
 /// The detector sees at most this many pixels on an image's longer side unless told otherwise
 /// (PaddleOCR 3's limit for PP-OCRv5).
-pub const MAX_DETECTOR_SIDE: u32 = 4000;
+const MAX_DETECTOR_SIDE: u32 = 4000;
 
 /// Why OCR could not run.
 #[derive(Debug, Error)]
