@@ -31,6 +31,8 @@ const LINES_PER_BATCH: usize = 6;
 /// The detector sees at most this many pixels on an image's longer side unless told otherwise
 /// (PaddleOCR 3's limit for PP-OCRv5).
 const MAX_DETECTOR_SIDE: u32 = 4000;
+/// Lines read with less confidence are dropped (PaddleOCR 2.x's `drop_score`).
+const DROP_SCORE: f32 = 0.5;
 
 /// Why OCR could not run.
 #[derive(Debug, Error)]
@@ -88,6 +90,13 @@ pub struct OcrChar {
     pub confidence: f32,
 }
 
+/// Whether a recognised line is kept: read with at least PaddleOCR's confidence, and holding a
+/// letter or digit. A line of punctuation alone carries nothing a question can match, and it is
+/// what the detector's rare false finds on flat fills and rules read as.
+fn worth_keeping(line: &DecodedLine) -> bool {
+    line.confidence >= DROP_SCORE && line.chars.iter().any(|c| c.ch.is_alphanumeric())
+}
+
 /// PP-OCRv5's detector and recogniser, loaded on one burn device.
 pub struct OcrEngine {
     detector: networks::detector::Model,
@@ -141,7 +150,7 @@ impl OcrEngine {
         let lines = boxes
             .into_iter()
             .zip(crops.iter().zip(decoded))
-            .filter(|(_, (_, line))| !line.chars.is_empty())
+            .filter(|(_, (_, line))| worth_keeping(line))
             .map(|(bbox, (crop, line))| {
                 // Output step s covers input columns [8s, 8s + 8) of the line scaled to height 48.
                 let per_column = crop.width() as f32 / scaled_width(crop.width(), crop.height()) as f32;
@@ -216,4 +225,23 @@ fn load_weights<M: ModuleSnapshot>(network: &mut M, onnx: &Path) -> Result<(), O
     let path = weights::burnpack_for(onnx)?;
     let mut store = BurnpackStore::from_file(&path);
     network.load_from(&mut store).map(|_| ()).map_err(|e| OcrError::Load { path, reason: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str, confidence: f32) -> DecodedLine {
+        let chars = text.chars().enumerate().map(|(i, ch)| DecodedChar { ch, steps: (i, i + 1), confidence }).collect();
+        DecodedLine { chars, confidence }
+    }
+
+    #[test]
+    fn lines_of_punctuation_or_low_confidence_are_dropped() {
+        assert!(worth_keeping(&line("Total 12", 0.9)));
+        assert!(worth_keeping(&line("$4", 0.5)));
+        assert!(!worth_keeping(&line("Total 12", 0.49)));
+        assert!(!worth_keeping(&line("-", 0.99)));
+        assert!(!worth_keeping(&line("", 1.0)));
+    }
 }
