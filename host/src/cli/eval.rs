@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use evident::eval::{RankingReport, load_questions, score_rankings};
+use evident::eval::{ROUTING_KS, RankingReport, load_questions, score_rankings};
 use evident::retrieval::{CandidateStage, PageVectorCache, Ranker, SearchMode};
 
 use super::Context;
@@ -23,7 +23,8 @@ pub struct EvalArgs {
     /// Ranking modes to compare (repeatable).
     #[arg(long = "mode", value_enum, default_values_t = [SearchMode::Maxsim, SearchMode::Bm25, SearchMode::Hybrid])]
     modes: Vec<SearchMode>,
-    /// Search every document instead of each question's own.
+    /// Search every document instead of each question's own; the tables then add document
+    /// routing accuracy (the question's document first, or among the first three documents).
     #[arg(long)]
     corpus: bool,
     /// Weight of BM25 in hybrid mode.
@@ -58,7 +59,16 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         if args.rejudge {
             return super::eval_answers::rejudge_log(&args.questions, &args.profiles, args.limit, &args.k, log.unwrap_or(Path::new("")));
         }
-        return super::eval_answers::run(ctx, &args.questions, &args.profiles, args.limit, &args.k, args.json.as_deref(), log);
+        let run = super::eval_answers::AnswerRun {
+            questions: &args.questions,
+            profiles: &args.profiles,
+            limit: args.limit,
+            ks: &args.k,
+            json: args.json.as_deref(),
+            log,
+            corpus: args.corpus,
+        };
+        return super::eval_answers::run(ctx, run);
     }
     let questions = load_questions(&args.questions)?;
     let store = ctx.store()?;
@@ -82,13 +92,17 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     let reports = score_rankings(&ranker, &questions, &docs, &args.modes, &args.k, args.corpus)?;
     let mut json = Vec::new();
     for r in &reports {
-        print_table(r, &args.k);
+        print_table(r, &args.k, args.corpus);
         for (source, t) in &r.by_source {
-            json.push(serde_json::json!({
+            let mut row = serde_json::json!({
                 "mode": r.mode, "source": source, "questions": t.n, "k": args.k,
                 "recall": t.recall(), "ndcg": t.ndcg(), "mrr": t.mrr(),
                 "seconds": r.seconds, "scope": if args.corpus { "corpus" } else { "document" },
-            }));
+            });
+            if args.corpus {
+                row["document_routing"] = serde_json::json!({ "k": ROUTING_KS, "accuracy": t.routing() });
+            }
+            json.push(row);
         }
     }
     if let Some(r) = reports.first() {
@@ -103,7 +117,7 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(report: &RankingReport, ks: &[usize]) {
+fn print_table(report: &RankingReport, ks: &[usize], corpus: bool) {
     println!("\n{:?} ({:.1} s)", report.mode, report.seconds);
     let mut header = format!("{:<16} {:>5}", "source", "n");
     for metric in ["R", "NDCG", "MRR"] {
@@ -111,10 +125,17 @@ fn print_table(report: &RankingReport, ks: &[usize]) {
             header.push_str(&format!(" {:>8}", format!("{metric}@{k}")));
         }
     }
+    if corpus {
+        // Is the question's document the first, or among the first three, documents?
+        for k in ROUTING_KS {
+            header.push_str(&format!(" {:>8}", format!("doc@{k}")));
+        }
+    }
     println!("{header}");
     for (source, t) in &report.by_source {
         let mut row = format!("{source:<16} {:>5}", t.n);
-        for v in [t.recall(), t.ndcg(), t.mrr()] {
+        let routing = if corpus { t.routing() } else { Vec::new() };
+        for v in [t.recall(), t.ndcg(), t.mrr(), routing] {
             for x in v {
                 row.push_str(&format!(" {:>8.3}", x));
             }

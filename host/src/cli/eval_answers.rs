@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use evident::eval::{AnswerRecord, AnswerRow, Question, ResultsLog, answer_question, answer_rows, in_turn, load_questions, rejudge};
+use evident::eval::{AnswerRecord, AnswerRow, Question, ROUTING_KS, ResultsLog, answer_question, answer_rows, in_turn, load_questions, rejudge};
 use evident::store::DocumentRecord;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -15,7 +15,22 @@ use super::Context;
 
 /// Runs every profile over the chosen questions (each question with every profile in turn, so
 /// that a partial run still compares them on the same questions) and prints one table.
-pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>, ks: &[usize], json: Option<&Path>, log: Option<&Path>) -> Result<ExitCode> {
+/// How `eval --profile` runs: which questions, where it logs, over what scope.
+pub struct AnswerRun<'a> {
+    pub questions: &'a Path,
+    pub profiles: &'a [String],
+    pub limit: Option<usize>,
+    pub ks: &'a [usize],
+    pub json: Option<&'a Path>,
+    pub log: Option<&'a Path>,
+    /// Every question searches every stored document.
+    pub corpus: bool,
+}
+
+/// `eval --profile`: asks each question of each profile (going on from the results log) and
+/// prints one row per profile.
+pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
+    let AnswerRun { questions: path, profiles, limit, ks, json, log, corpus } = run;
     let questions = load_questions(path)?;
     let store = Arc::new(ctx.store()?);
     let docs = store.documents()?;
@@ -33,7 +48,8 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
         }
         None => (None, Vec::new()),
     };
-    let mut records: Vec<AnswerRecord> = logged.into_iter().filter(|r| wanted.contains(&(r.profile.as_str(), r.qid.as_str()))).collect();
+    // An answer over the corpus and one over the question's own document are different answers.
+    let mut records: Vec<AnswerRecord> = logged.into_iter().filter(|r| r.corpus == corpus && wanted.contains(&(r.profile.as_str(), r.qid.as_str()))).collect();
     let done: HashSet<(String, String)> = records.iter().map(|r| (r.profile.clone(), r.qid.clone())).collect();
     let bar = ProgressBar::new((chosen.len() * profiles.len()) as u64);
     bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} answers  eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()));
@@ -47,7 +63,7 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
                 continue;
             }
             bar.set_message(name.to_string());
-            let record = answer_question(registry.runtime(), &services, name, profile, q, doc);
+            let record = answer_question(registry.runtime(), &services, name, profile, q, doc, corpus.then_some(docs.as_slice()));
             if record.failed {
                 bar.suspend(|| eprintln!("{} {}: {}", name, q.qid, record.predicted));
             }
@@ -60,7 +76,7 @@ pub fn run(ctx: &Context, path: &Path, profiles: &[String], limit: Option<usize>
     }
     bar.finish_and_clear();
     let answerable: HashMap<&str, bool> = chosen.iter().map(|(q, _)| (q.qid.as_str(), q.answerable)).collect();
-    println!("{}", describe(&chosen));
+    println!("{}{}", describe(&chosen), if corpus { "; each searching every stored document" } else { "" });
     print_rows(&answer_rows(&records, &answerable, ks), ks);
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&records)?).with_context(|| format!("cannot write {}", path.display()))?;
@@ -80,24 +96,31 @@ fn describe(chosen: &[(&Question, &DocumentRecord)]) -> String {
 
 /// The comparison table, a row per profile.
 fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
-    let mut header = format!("{:<12} {:>4}", "profile", "n");
+    let routed = rows.keys().any(|name| name.ends_with("(corpus)"));
+    let mut header = format!("{:<21} {:>4}", "profile", "n");
     for k in ks {
         header.push_str(&format!(" {:>7}", format!("R@{k}")));
     }
+    if routed {
+        for k in ROUTING_KS {
+            header.push_str(&format!(" {:>7}", format!("doc@{k}")));
+        }
+    }
     header.push_str(&format!(
-        " {:>7} {:>9} {:>11} {:>11} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9}",
-        "MRR@10", "accuracy", "abstain-NA", "abstain-A", "errors", "s/q", "p50 s", "rounds/q", "calls/q", "tokens/q", "reused/q"
+        " {:>7} {:>9} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9}",
+        "MRR@10", "accuracy", "abstain-NA", "abstain-A", "errors", "s/q", "p50 s", "p50 cpu s", "rounds/q", "calls/q", "tokens/q", "reused/q"
     ));
     println!("{header}");
     for (name, r) in rows {
-        let mut line = format!("{name:<12} {:>4}", r.n);
-        for x in r.recall() {
+        let mut line = format!("{name:<21} {:>4}", r.n);
+        let routing = if routed { r.routing() } else { Vec::new() };
+        for x in r.recall().into_iter().chain(routing) {
             line.push_str(&format!(" {:>7.3}", x));
         }
         let (mean_s, p50_s) = r.seconds();
         let (calls, tokens, reused) = r.per_question_costs();
         line.push_str(&format!(
-            " {:>7.3} {:>9.3} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>8.2} {:>8.1} {:>9.0} {:>9.0}",
+            " {:>7.3} {:>9.3} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>9.1} {:>8.2} {:>8.1} {:>9.0} {:>9.0}",
             r.mrr(),
             r.accuracy(),
             format!("{}/{}", r.abstained_right, r.unanswerable),
@@ -105,6 +128,7 @@ fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
             r.failed,
             mean_s,
             p50_s,
+            r.cpu_seconds_p50(),
             r.rounds(),
             calls,
             tokens,

@@ -40,6 +40,28 @@ pub struct AnswerRecord {
     /// Rounds of reading the answer stage went through (see [`rounds_in`]).
     #[serde(default = "one_round")]
     pub rounds: u32,
+    /// CPU seconds the process spent on the answer (all threads): unlike `seconds`, not
+    /// inflated when the run is paused or shares the machine with other work.
+    #[serde(default)]
+    pub cpu_seconds: f64,
+    /// When the answer was logged (Unix seconds), so that a log kept over several sessions
+    /// can be matched with the commits that produced its parts.
+    #[serde(default)]
+    pub finished_unix: u64,
+    /// The question searched every stored document, not only its own.
+    #[serde(default)]
+    pub corpus: bool,
+    /// Over the corpus: where the question's document comes among the documents of the final
+    /// page order, each placed by its first page (1 = first; 0 = absent).
+    #[serde(default)]
+    pub document_rank: u32,
+}
+
+impl AnswerRecord {
+    /// The name its row goes under: the profile, marked when it searched the whole corpus.
+    pub fn row_name(&self) -> String {
+        if self.corpus { format!("{} (corpus)", self.profile) } else { self.profile.clone() }
+    }
 }
 
 fn one_round() -> u32 {
@@ -59,7 +81,8 @@ pub fn rounds_in(log: &[String]) -> u32 {
     (rounds as u32).max(1)
 }
 
-/// Asks `question` of `doc` with `profile` (named `name`) and scores the answer.
+/// Asks `question` with `profile` (named `name`) and scores the answer: over its own document
+/// `doc`, or, given `corpus` (every stored document), over all of them.
 pub fn answer_question(
     runtime: &StageRuntime,
     services: &Arc<Services>,
@@ -67,9 +90,13 @@ pub fn answer_question(
     profile: &ResolvedProfile,
     question: &Question,
     doc: &DocumentRecord,
+    corpus: Option<&[DocumentRecord]>,
 ) -> AnswerRecord {
-    let host = Arc::new(RequestHost::new(services.clone(), vec![doc.clone()], 0));
+    let scope = corpus.map_or_else(|| vec![doc.clone()], <[DocumentRecord]>::to_vec);
+    let host = Arc::new(RequestHost::new(services.clone(), scope, 0));
+    let cpu_before = process_cpu_seconds();
     let outcome = crate::pipeline::run(runtime, profile, host, &question.question);
+    let cpu_seconds = (process_cpu_seconds() - cpu_before).max(0.0);
     let mut record = AnswerRecord {
         profile: name.to_string(),
         qid: question.qid.clone(),
@@ -85,6 +112,10 @@ pub fn answer_question(
         ranked: Vec::new(),
         evidence_pages: question.evidence_pages.clone(),
         rounds: 1,
+        cpu_seconds,
+        corpus: corpus.is_some(),
+        document_rank: 0,
+        finished_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     };
     match outcome {
         Ok(o) => {
@@ -95,6 +126,10 @@ pub fn answer_question(
             record.tokens = o.tokens;
             record.reused_tokens = o.reused_tokens;
             record.ranked = o.ranked_pages.iter().map(|(d, p)| if *d == doc.id { *p } else { 0 }).collect();
+            if record.corpus {
+                let documents = super::ranking::document_order(o.ranked_pages.iter().map(|(d, _)| d.as_str()));
+                record.document_rank = documents.iter().position(|d| *d == doc.id).map_or(0, |i| i as u32 + 1);
+            }
             record.rounds = rounds_in(&o.log);
         }
         Err(e) => {
@@ -103,6 +138,20 @@ pub fn answer_question(
         }
     }
     record
+}
+
+/// User plus system CPU time of this process so far, in seconds (0 where it can't be read).
+fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the pointer it is given, which is valid for it.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return 0.0;
+        }
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// `record` judged again with the current accuracy rules (its answer as it was logged), for
@@ -158,10 +207,13 @@ pub struct AnswerRow {
     recall: Vec<f64>,
     mrr: f64,
     seconds: Vec<f64>,
+    cpu_seconds: Vec<f64>,
     llm_calls: u64,
     tokens: u64,
     reused_tokens: u64,
     rounds: u64,
+    /// Over the corpus: answers whose document came first, and among the first three.
+    routed: [usize; 2],
     /// Unanswerable questions, and those of them the profile said were not answerable.
     pub unanswerable: usize,
     pub abstained_right: usize,
@@ -177,10 +229,16 @@ impl AnswerRow {
         self.correct += usize::from(r.correct);
         self.failed += usize::from(r.failed);
         self.seconds.push(r.seconds);
+        self.cpu_seconds.push(r.cpu_seconds);
         self.llm_calls += r.llm_calls;
         self.tokens += r.tokens;
         self.reused_tokens += r.reused_tokens;
         self.rounds += u64::from(r.rounds);
+        if r.corpus && !r.failed {
+            for (i, k) in super::ROUTING_KS.iter().enumerate() {
+                self.routed[i] += usize::from(r.document_rank >= 1 && r.document_rank as usize <= *k);
+            }
+        }
         if !r.failed {
             match (answerable, r.predicted == ABSTAINED) {
                 (false, abstained) => {
@@ -209,6 +267,12 @@ impl AnswerRow {
         self.recall.iter().map(|x| x / self.with_gold.max(1) as f64).collect()
     }
 
+    /// Share of the questions whose document came first, and among the first three, in the
+    /// final page order (over the corpus; 0 over each question's own document).
+    pub fn routing(&self) -> Vec<f64> {
+        self.routed.iter().map(|&r| self.per_question(r as f64)).collect()
+    }
+
     /// Mean RR@10 of the final page order.
     pub fn mrr(&self) -> f64 {
         self.mrr / self.with_gold.max(1) as f64
@@ -229,6 +293,11 @@ impl AnswerRow {
         (self.per_question(self.seconds.iter().sum()), percentile(&self.seconds, 0.5))
     }
 
+    /// Median CPU seconds per question (0 for answers logged before it was recorded).
+    pub fn cpu_seconds_p50(&self) -> f64 {
+        percentile(&self.cpu_seconds, 0.5)
+    }
+
     /// Rounds of reading per question.
     pub fn rounds(&self) -> f64 {
         self.per_question(self.rounds as f64)
@@ -245,7 +314,7 @@ impl AnswerRow {
 pub fn answer_rows(records: &[AnswerRecord], answerable: &HashMap<&str, bool>, ks: &[usize]) -> BTreeMap<String, AnswerRow> {
     let mut rows: BTreeMap<String, AnswerRow> = BTreeMap::new();
     for r in records {
-        rows.entry(r.profile.clone()).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
+        rows.entry(r.row_name()).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
     }
     rows
 }
@@ -270,6 +339,10 @@ mod tests {
             ranked,
             evidence_pages: gold,
             rounds: 1,
+            cpu_seconds: 3.0,
+            finished_unix: 0,
+            corpus: false,
+            document_rank: 0,
         }
     }
 
@@ -295,6 +368,20 @@ mod tests {
         assert_eq!(row.mrr(), 0.25);
         assert!((row.accuracy() - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(row.per_question_costs(), (3.0, 100.0, 10.0));
+    }
+
+    #[test]
+    fn corpus_answers_get_their_own_row_with_routing() {
+        let mut records = [record("a", "1", true, vec![3], vec![3]), record("a", "1", true, vec![0, 3], vec![3]), record("b", "2", false, vec![0], vec![3])];
+        for (r, rank) in records[1..].iter_mut().zip([2, 0]) {
+            r.corpus = true;
+            r.document_rank = rank;
+        }
+        let rows = answer_rows(&records, &HashMap::new(), &[1]);
+        assert_eq!(rows.keys().collect::<Vec<_>>(), ["p", "p (corpus)"]);
+        assert_eq!(rows["p (corpus)"].n, 2);
+        assert_eq!(rows["p (corpus)"].routing(), vec![0.0, 0.5], "second of the documents counts at 3, not at 1");
+        assert_eq!(rows["p"].routing(), vec![0.0, 0.0]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod ranking;
 
 pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, answer_question, answer_rows, rejudge};
 pub use questions::{Question, file_name, in_turn, load_questions};
-pub use ranking::{RankingReport, RankingTotals, score_rankings};
+pub use ranking::{ROUTING_KS, RankingReport, RankingTotals, score_rankings};
 
 use std::path::PathBuf;
 

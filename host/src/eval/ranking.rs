@@ -16,6 +16,23 @@ pub struct RankingTotals {
     recall: Vec<f64>,
     ndcg: Vec<f64>,
     mrr: Vec<f64>,
+    /// Over the whole corpus: questions whose document is the first, or among the first
+    /// three, documents of the ranking (each document placed by its best page).
+    routed: [usize; 2],
+}
+
+/// How many documents document-level routing accuracy is read at.
+pub const ROUTING_KS: [usize; 2] = [1, 3];
+
+/// The distinct documents of a ranking of pages, in the order their best pages come.
+pub fn document_order<'a>(page_docs: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut order: Vec<&str> = Vec::new();
+    for d in page_docs {
+        if !order.contains(&d) {
+            order.push(d);
+        }
+    }
+    order
 }
 
 impl RankingTotals {
@@ -31,6 +48,18 @@ impl RankingTotals {
             self.ndcg[i] += ndcg_at(ranked, gold, k);
             self.mrr[i] += rr_at(ranked, gold, k);
         }
+    }
+
+    fn add_routing(&mut self, documents: &[&str], gold: &str) {
+        for (i, k) in ROUTING_KS.iter().enumerate() {
+            self.routed[i] += usize::from(documents.iter().take(*k).any(|d| *d == gold));
+        }
+    }
+
+    /// Share of the questions whose document was among the first 1 and 3 documents (corpus
+    /// scope only; 0 over a question's own document, where it is not measured).
+    pub fn routing(&self) -> Vec<f64> {
+        self.routed.iter().map(|&r| r as f64 / self.n.max(1) as f64).collect()
     }
 
     fn mean(&self, v: &[f64]) -> Vec<f64> {
@@ -52,6 +81,9 @@ impl RankingTotals {
         self.mean(&self.mrr)
     }
 }
+
+/// Pages ranked per question over the corpus for routing accuracy.
+const ROUTING_DEPTH: usize = 100;
 
 /// One ranking mode's scores, per source and `overall`.
 #[derive(Debug, Clone)]
@@ -91,6 +123,8 @@ pub fn score_rankings(
     }
     let scored = groups.values().map(Vec::len).sum();
     let kmax = ks.iter().copied().max().unwrap_or(10);
+    // Over the corpus, enough pages that the first three documents show among them.
+    let depth = if corpus { kmax.max(ROUTING_DEPTH) } else { kmax };
     let mut reports = Vec::new();
     for &mode in modes {
         let started = Instant::now();
@@ -98,14 +132,40 @@ pub fn score_rankings(
         for (doc_id, qs) in &groups {
             let scope: Vec<DocumentRecord> = if corpus { docs.to_vec() } else { docs.iter().filter(|d| d.id == *doc_id).cloned().collect() };
             let texts: Vec<&str> = qs.iter().map(|q| q.question.as_str()).collect();
-            let ranked = ranker.rank(&texts, &scope, mode, kmax)?;
+            let ranked = ranker.rank(&texts, &scope, mode, depth)?;
             for (q, hits) in qs.iter().zip(ranked) {
-                let pages: Vec<u32> = hits.iter().map(|h| if h.doc == *doc_id { h.page } else { 0 }).collect();
-                by_source.entry(q.source.clone()).or_default().add(&pages, &q.evidence_pages, ks);
-                by_source.entry("overall".into()).or_default().add(&pages, &q.evidence_pages, ks);
+                let pages: Vec<u32> = hits.iter().take(kmax).map(|h| if h.doc == *doc_id { h.page } else { 0 }).collect();
+                let documents = document_order(hits.iter().map(|h| h.doc.as_str()));
+                for key in [q.source.clone(), "overall".to_string()] {
+                    let totals = by_source.entry(key).or_default();
+                    totals.add(&pages, &q.evidence_pages, ks);
+                    if corpus {
+                        totals.add_routing(&documents, doc_id);
+                    }
+                }
             }
         }
         reports.push(RankingReport { mode, seconds: started.elapsed().as_secs_f64(), by_source, scored, unanswerable, missing });
     }
     Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_come_in_the_order_of_their_best_page() {
+        assert_eq!(document_order(["b", "b", "a", "c", "a", "d"]), vec!["b", "a", "c", "d"]);
+    }
+
+    #[test]
+    fn routing_counts_the_gold_document_among_the_first_one_and_three() {
+        let mut t = RankingTotals::default();
+        for (docs, gold) in [(vec!["g", "x"], "g"), (vec!["x", "y", "g"], "g"), (vec!["x", "y", "z", "g"], "g"), (vec![], "g")] {
+            t.add(&[1], &[1], &[1]);
+            t.add_routing(&docs, gold);
+        }
+        assert_eq!(t.routing(), vec![0.25, 0.5]);
+    }
 }
