@@ -100,7 +100,31 @@ fn eval_scores_the_benchmark_questions_of_ingested_documents() {
         // A 9-page paper and a 4-page filing: five pages hold some gold page for most questions.
         let recall5 = overall["recall"][1].as_f64().expect("recall@5");
         assert!(recall5 > 0.3, "{mode}: recall@5 {recall5}");
+        assert!(overall.get("document_routing").is_none(), "routing is measured over the corpus only");
     }
+
+    // Over the corpus each question searches both documents; routing asks whether its own
+    // document comes first. A paper and a filing share few words, so most questions route right.
+    let out = app.ok(&[
+        "eval",
+        "--questions",
+        questions.to_str().expect("path"),
+        "--k",
+        "1,5",
+        "--corpus",
+        "--mode",
+        "bm25",
+        "--json",
+        out_json.to_str().expect("path"),
+    ]);
+    assert!(out.lines().any(|l| l.contains("doc@1") && l.contains("doc@3")), "{out}");
+    let report: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&out_json).expect("json written")).expect("JSON");
+    let overall = report.iter().find(|r| r["source"] == "overall").expect("overall row");
+    assert_eq!(overall["scope"], "corpus");
+    let routing: Vec<f64> = overall["document_routing"]["accuracy"].as_array().expect("routing").iter().map(|x| x.as_f64().expect("number")).collect();
+    assert_eq!(routing.len(), 2);
+    assert!(routing[0] > 0.5 && routing[0] < 1.0 + 1e-12, "the right document first for most questions: {routing:?}");
+    assert!(routing[1] >= routing[0] && routing[1] > 0.8, "among the first three of two documents whenever it was found: {routing:?}");
 }
 
 #[test]
