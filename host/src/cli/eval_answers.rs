@@ -13,8 +13,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Context;
 
-/// Runs every profile over the chosen questions (each question with every profile in turn, so
-/// that a partial run still compares them on the same questions) and prints one table.
 /// How `eval --profile` runs: which questions, where it logs, over what scope.
 pub struct AnswerRun<'a> {
     pub questions: &'a Path,
@@ -27,8 +25,9 @@ pub struct AnswerRun<'a> {
     pub corpus: bool,
 }
 
-/// `eval --profile`: asks each question of each profile (going on from the results log) and
-/// prints one row per profile.
+/// `eval --profile`: runs every profile over the chosen questions (each question with every
+/// profile in turn, so that a partial run still compares them on the same questions, going on
+/// from the results log) and prints one table, a row per profile.
 pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
     let AnswerRun { questions: path, profiles, limit, ks, json, log, corpus } = run;
     let questions = load_questions(path)?;
