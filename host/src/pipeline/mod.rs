@@ -241,12 +241,17 @@ pub fn run_observed(
     // Retrieve, in one batch for the question and its sub-questions.
     let questions: Vec<&str> = std::iter::once(question).chain(plan.sub_questions.iter().map(|q| q.text.as_str())).collect();
     let docs = host.documents().to_vec();
+    // k = 0: the profile's own stages rank their evidence (HiKEY's sections, MLDocRAG's chunks).
     let lists = rec.step(
         "retrieve",
         "host",
         format!("{} question(s), k = {}, {:?}", questions.len(), p.retrieve.k, p.retrieve.mode),
-        || host.retrieve(&questions, p.retrieve.mode, p.retrieve.k, &docs),
+        || match p.retrieve.k {
+            0 => Ok(vec![Vec::new(); questions.len()]),
+            k => host.retrieve(&questions, p.retrieve.mode, k, &docs),
+        },
         |r| match r {
+            Ok(_) if p.retrieve.k == 0 => "skipped (k = 0)".to_string(),
             Ok(lists) => lists.iter().map(|l| pages_brief(l)).collect::<Vec<_>>().join(" | "),
             Err(e) => e.clone(),
         },

@@ -110,9 +110,19 @@ impl RequestHost {
     }
 
     fn found(&self, hits: &[Candidate]) {
+        self.found_pages(hits.iter().map(|c| (c.page.document.as_str(), c.page.page)));
+    }
+
+    /// Records the anchor pages of artifacts a stage was given: a page it then reads on their
+    /// account joins the request's page order as one it found.
+    fn found_artifacts<'a>(&self, artifacts: impl IntoIterator<Item = &'a types::StoredArtifact>) {
+        self.found_pages(artifacts.into_iter().filter_map(|a| a.artifact.anchor.page.map(|p| (a.document.as_str(), p))));
+    }
+
+    fn found_pages<'a>(&self, pages: impl IntoIterator<Item = (&'a str, u32)>) {
         let mut e = crate::error::lock(&self.exploration);
         if e.on {
-            e.found.extend(hits.iter().map(|c| (c.page.document.clone(), c.page.page)));
+            e.found.extend(pages.into_iter().map(|(d, p)| (d.to_string(), p)));
         }
     }
 
@@ -294,12 +304,16 @@ impl StageHost for RequestHost {
 
     fn artifact(&self, document: String, key: String) -> HostResult<Option<types::StoredArtifact>> {
         let doc = RequestHost::document(self, &document)?;
-        self.artifact_query()?.get(doc, &key)
+        let found = self.artifact_query()?.get(doc, &key)?;
+        self.found_artifacts(found.iter());
+        Ok(found)
     }
 
     fn artifacts_of_kind(&self, document: String, kind: String) -> HostResult<Vec<types::StoredArtifact>> {
         let doc = RequestHost::document(self, &document)?;
-        self.artifact_query()?.of_kind(doc, &kind)
+        let found = self.artifact_query()?.of_kind(doc, &kind)?;
+        self.found_artifacts(&found);
+        Ok(found)
     }
 
     fn search_artifacts(
@@ -320,12 +334,15 @@ impl StageHost for RequestHost {
         if !unbuilt.is_empty() {
             self.log(types::LogLevel::Warn, format!("artifacts not built yet (run `evident index`) for: {}", unbuilt.join(", ")));
         }
+        self.found_artifacts(hits.iter().map(|h| &h.found));
         Ok(hits)
     }
 
     fn artifact_neighbours(&self, document: String, key: String, k: u32) -> HostResult<Vec<types::ArtifactHit>> {
         let doc = RequestHost::document(self, &document)?;
-        self.artifact_query()?.neighbours(doc, &key, k.clamp(1, self.services.limits.max_pages_per_search) as usize)
+        let hits = self.artifact_query()?.neighbours(doc, &key, k.clamp(1, self.services.limits.max_pages_per_search) as usize)?;
+        self.found_artifacts(hits.iter().map(|h| &h.found));
+        Ok(hits)
     }
 
     fn random(&self) -> u64 {

@@ -93,6 +93,9 @@ impl Host for Fake {
     fn artifacts_of_kind(&self, _: &str, _: &str) -> Result<Vec<StoredArtifact>, String> {
         Err("unused".into())
     }
+    fn neighbours(&self, _: &str, _: &str, _: u32) -> Result<Vec<stage_kit::v2::types::ArtifactHit>, String> {
+        Err("unused".into())
+    }
     fn random(&self) -> u64 {
         0
     }

@@ -13,6 +13,19 @@ use crate::v2::types::{
 pub type Replier = Box<dyn Fn(&GenerateRequest) -> String>;
 /// Ranked pages for a query.
 pub type Searcher = Box<dyn Fn(&str) -> Vec<Candidate>>;
+/// A score of an artifact for a query.
+pub type ArtifactScorer = Box<dyn Fn(&str, &StoredArtifact) -> f32>;
+
+/// One call of `search_artifacts`, as the stage made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactSearch {
+    pub query: String,
+    pub kind: String,
+    pub mode: SearchMode,
+    pub alpha: f32,
+    pub k: u32,
+    pub documents: Vec<String>,
+}
 
 /// The fake host (see the module's doc).
 pub struct FakeHost {
@@ -22,6 +35,9 @@ pub struct FakeHost {
     pub outline: Vec<OutlineEntry>,
     pub artifacts: Vec<StoredArtifact>,
     pub search: Searcher,
+    /// Ranks `search_artifacts` hits by score when set; without it they come in stored order,
+    /// each scoring 1.
+    pub artifact_scorer: Option<ArtifactScorer>,
     pub reply: Replier,
     pub images: bool,
     pub thinking: bool,
@@ -29,6 +45,8 @@ pub struct FakeHost {
     pub asked: RefCell<Vec<GenerateRequest>>,
     pub searched: RefCell<Vec<String>>,
     pub logged: RefCell<Vec<String>>,
+    pub artifact_searches: RefCell<Vec<ArtifactSearch>>,
+    pub pages_read: RefCell<Vec<PageRef>>,
 }
 
 impl FakeHost {
@@ -42,6 +60,7 @@ impl FakeHost {
             outline: Vec::new(),
             artifacts: Vec::new(),
             search: Box::new(|_| Vec::new()),
+            artifact_scorer: None,
             reply,
             images: false,
             thinking: false,
@@ -49,6 +68,8 @@ impl FakeHost {
             asked: RefCell::new(Vec::new()),
             searched: RefCell::new(Vec::new()),
             logged: RefCell::new(Vec::new()),
+            artifact_searches: RefCell::new(Vec::new()),
+            pages_read: RefCell::new(Vec::new()),
         }
     }
 }
@@ -82,6 +103,7 @@ impl Host for FakeHost {
         self.documents.iter().find(|d| d.id == id).cloned().ok_or(format!("no document {id}"))
     }
     fn page(&self, page: &PageRef) -> Result<PageContent, String> {
+        self.pages_read.borrow_mut().push(page.clone());
         self.pages.iter().find(|p| p.page == *page).cloned().ok_or(format!("no page {}", page.page))
     }
     fn regions(&self, page: &PageRef) -> Result<Vec<Region>, String> {
@@ -118,15 +140,44 @@ impl Host for FakeHost {
     fn takes_images(&self) -> bool {
         self.images
     }
-    fn search_artifacts(&self, _: &str, kind: &str, _: SearchMode, _: f32, k: u32, _: &[String]) -> Result<Vec<ArtifactHit>, String> {
-        let found = self.artifacts.iter().filter(|a| kind.is_empty() || a.artifact.kind == kind).take(k as usize);
-        Ok(found.enumerate().map(|(i, a)| ArtifactHit { found: a.clone(), score: 1.0, rank: i as u32 + 1 }).collect())
+    fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String> {
+        self.artifact_searches.borrow_mut().push(ArtifactSearch {
+            query: query.into(),
+            kind: kind.into(),
+            mode,
+            alpha,
+            k,
+            documents: documents.to_vec(),
+        });
+        let mut found: Vec<(f32, &StoredArtifact)> = self
+            .artifacts
+            .iter()
+            .filter(|a| (kind.is_empty() || a.artifact.kind == kind) && (documents.is_empty() || documents.contains(&a.document)))
+            .map(|a| (self.artifact_scorer.as_ref().map_or(1.0, |score| score(query, a)), a))
+            .collect();
+        if self.artifact_scorer.is_some() {
+            found.sort_by(|a, b| b.0.total_cmp(&a.0));
+        }
+        Ok(found.into_iter().take(k as usize).enumerate().map(|(i, (score, a))| ArtifactHit { found: a.clone(), score, rank: i as u32 + 1 }).collect())
     }
     fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String> {
         Ok(self.artifacts.iter().find(|a| a.document == document && a.artifact.key == key).cloned())
     }
     fn artifacts_of_kind(&self, document: &str, kind: &str) -> Result<Vec<StoredArtifact>, String> {
         Ok(self.artifacts.iter().filter(|a| a.document == document && (kind.is_empty() || a.artifact.kind == kind)).cloned().collect())
+    }
+    fn neighbours(&self, document: &str, key: &str, k: u32) -> Result<Vec<ArtifactHit>, String> {
+        // Same document and kind, ranked by shared words (as `similarities` scores them).
+        let Some(of) = self.artifacts.iter().find(|a| a.document == document && a.artifact.key == key) else {
+            return Err(format!("no artifact {key} in {document}"));
+        };
+        let others: Vec<&StoredArtifact> =
+            self.artifacts.iter().filter(|a| a.document == document && a.artifact.kind == of.artifact.kind && a.artifact.key != key).collect();
+        let texts: Vec<String> = others.iter().map(|a| a.artifact.text.clone()).collect();
+        let scores = self.similarities(&of.artifact.text, &texts)?;
+        let mut ranked: Vec<(f32, &StoredArtifact)> = scores.into_iter().zip(others).collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        Ok(ranked.into_iter().take(k as usize).enumerate().map(|(i, (score, a))| ArtifactHit { found: a.clone(), score, rank: i as u32 + 1 }).collect())
     }
     fn random(&self) -> u64 {
         // splitmix64

@@ -37,6 +37,7 @@ pub mod v2 {
         fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String>;
         fn artifact(&self, document: &str, key: &str) -> Result<Option<StoredArtifact>, String>;
         fn artifacts_of_kind(&self, document: &str, kind: &str) -> Result<Vec<StoredArtifact>, String>;
+        fn neighbours(&self, document: &str, key: &str, k: u32) -> Result<Vec<ArtifactHit>, String>;
         fn random(&self) -> u64;
         fn log(&self, level: LogLevel, message: &str);
     }
@@ -90,6 +91,9 @@ pub mod v2 {
         }
         fn artifacts_of_kind(&self, document: &str, kind: &str) -> Result<Vec<StoredArtifact>, String> {
             artifacts::of_kind(document, kind)
+        }
+        fn neighbours(&self, document: &str, key: &str, k: u32) -> Result<Vec<ArtifactHit>, String> {
+            artifacts::neighbours(document, key, k)
         }
         fn random(&self) -> u64 {
             runtime::random()
@@ -431,6 +435,9 @@ mod tests {
                 Err("no".into())
             }
             fn artifacts_of_kind(&self, _: &str, _: &str) -> Result<Vec<super::v2::types::StoredArtifact>, String> {
+                Err("no".into())
+            }
+            fn neighbours(&self, _: &str, _: &str, _: u32) -> Result<Vec<super::v2::types::ArtifactHit>, String> {
                 Err("no".into())
             }
             fn random(&self) -> u64 {
