@@ -496,3 +496,62 @@ fn pages_read_by_ocr_at_index_are_enriched_again() {
     let words = card_words(&s);
     assert!(words.iter().any(|w| w.contains("wave")), "the cards now hold the slides' words: {words:?}");
 }
+
+/// A field of an artifact as `artifacts --json` shows it (a list of [key, value] pairs).
+fn field<'a>(artifact: &'a Value, key: &str) -> Option<&'a str> {
+    artifact["fields"].as_array()?.iter().find(|f| f[0] == key).and_then(|f| f[1].as_str())
+}
+
+#[test]
+fn hikey_builds_a_tree_at_ingest_routes_over_two_documents_and_packs_under_its_budget() {
+    // The bundled HiKEY stages with the small model and a small budget, over a paper (headings,
+    // figures, tables) and a filing.
+    let s = Setup::over(".evident/plugins", "timeout_s = 600", "[generator]\nmodel = \"smollm2-135m\"\n");
+    let text = "description = \"hikey, small\"\n[retrieve]\nk = 0\nmode = \"hybrid\"\n\
+                [stages.enrich]\nplugin = \"hikey-enrich\"\nparams = { ctx_tokens = 60 }\n\
+                [stages.memory]\nplugin = \"hikey-memory\"\nparams = { docs = 2, sections = 2, budget = 400, answer_tokens = 32 }\n";
+    std::fs::write(s.dir.path().join("hikey-small.toml"), text).expect("profile");
+    let out = s.ok(&["ingest", "--no-images", common::bench_pdf(PAPER).to_str().expect("path"), common::bench_pdf(FILING).to_str().expect("path")]);
+    let docs = s.app.docs();
+    let id_of = |file: &str| docs.iter().find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(file))).map(|d| d["id"].as_str().expect("id").to_string());
+    let (paper, filing) = (id_of(PAPER).unwrap_or_else(|| panic!("{docs:?}")), id_of(FILING).unwrap_or_else(|| panic!("{docs:?}")));
+    for doc in [&paper, &filing] {
+        assert!(out.contains(&format!("enriched {doc}  hikey-enrich: ")), "{out}");
+    }
+
+    // The paper's tree: units typed text and table or figure, sections with their paths from
+    // the title, an upper context per visual unit, one Doc_card.
+    let sets = s.sets(&paper);
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    let set = &sets[0];
+    let units = of_kind(set, "unit");
+    assert!(units.iter().filter(|u| field(u, "type") == Some("text")).count() >= 50, "{}", units.len());
+    let visual = units.iter().filter(|u| matches!(field(u, "type"), Some("table" | "figure"))).count();
+    assert!(visual >= 1, "the paper's figures and tables are units");
+    assert_eq!(of_kind(set, "ctx").len(), visual, "an upper context per table and figure");
+    let sections = of_kind(set, "sec-card");
+    assert!(sections.iter().filter(|c| c["text"].as_str().is_some_and(|t| t.contains(" > "))).count() >= 3, "{sections:?}");
+    let cards = of_kind(set, "doc-card");
+    assert_eq!(cards.len(), 1);
+    assert!(sections.iter().skip(1).filter_map(|c| field(c, "title")).all(|t| cards[0]["text"].as_str().is_some_and(|card| card.contains(t))));
+
+    // A question about the filing is routed to it; the host retrieves nothing; the evidence is
+    // packed within 400 tokens; citations name pages the stage read.
+    let question = "At the Pepsico AGM held on May 3, 2023, what was the outcome of the shareholder vote on the proposal for a congruency report on net-zero emissions policies?";
+    let v: Value = serde_json::from_str(&s.ok(&["ask", "--profile", "hikey-small", "--json", "--trace", question])).expect("JSON");
+    let log: Vec<&str> = v["log"].as_array().expect("log").iter().map(|l| l.as_str().expect("line")).collect();
+    let route = log.iter().find_map(|l| l.strip_prefix("route: ")).unwrap_or_else(|| panic!("{log:?}"));
+    assert!(route.starts_with(&format!("{filing} (")) && route.contains(&paper), "{route}");
+    let retrieve = v["trace"].as_array().expect("trace").iter().find(|t| t["stage"] == "retrieve").expect("retrieve step");
+    assert_eq!(retrieve["output"], "skipped (k = 0)");
+    let packed = log.iter().find_map(|l| l.strip_prefix("packed: ")).unwrap_or_else(|| panic!("{log:?}"));
+    let tokens: u32 = packed.split(", ").nth(1).and_then(|t| t.split(" of ").next()).and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{packed}"));
+    assert!(tokens > 0 && tokens <= 400 && packed.ends_with(" of 400 tokens"), "{packed}");
+    let ranked: Vec<(String, u64)> =
+        v["ranked_pages"].as_array().expect("ranked").iter().map(|p| (p[0].as_str().expect("doc").to_string(), p[1].as_u64().expect("page"))).collect();
+    assert_eq!(ranked.first().map(|p| p.0.as_str()), Some(filing.as_str()), "{ranked:?}");
+    for e in v["evidence"].as_array().expect("evidence") {
+        let cited = (e["document"].as_str().expect("doc").to_string(), e["page"].as_u64().expect("page"));
+        assert!(ranked.contains(&cited), "cited {cited:?}, read {ranked:?}");
+    }
+}

@@ -1,0 +1,186 @@
+//! HiKEY's answer stage (`../shared/seeds/003_0ca98551fe896c52.txt`, Method (c) and (d)) over
+//! the artifacts `hikey-enrich` builds at ingest:
+//!
+//! - **Stage 1, routing** ([`rank::route`]): documents scored α·minmax(BM25) + (1−α)·minmax(dense)
+//!   over their Doc_cards; the top `docs` kept;
+//! - **Stage 2** ([`rank::score_units`], [`rank::rank_sections`]): units of the routed
+//!   documents scored by type (text by its own hybrid score; a table or figure by w·own +
+//!   (1−w)·its upper context's), a section scored by its best unit (its anchor), fused with
+//!   its document's score by β;
+//! - **ancestry-aware packing** ([`pack`]): the anchors of the top `sections` with their
+//!   governing headers, then their siblings, then semantic associates, within `budget` tokens,
+//!   read in one answer that cites the units it used.
+//!
+//! Where this differs from the paper (README, "Where hikey differs from the paper"): dense
+//! scores are the host's MaxSim over MiniLM token vectors, not a single-vector encoder; tables
+//! and figures have no visual score (the paper's ablation gives it +0.4 R@10); α, β, the number
+//! of documents and sections are not given by the paper (0.5, 0.5, 3, 3 here); the budget is
+//! the paper's smallest point (2K tokens) for the embedded 1.5B generator, not its 16K; the
+//! reader's prompt is this appliance's (the paper's appendix is not in the seed).
+
+wit_bindgen::generate!({
+    world: "memory-stage",
+    path: "../../wit/since_v0.2.0",
+    with: {
+        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
+        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
+        "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
+        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
+        "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
+        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
+    },
+});
+
+pub mod pack;
+pub mod rank;
+
+use stage_kit::v2::types::{Citation, LogLevel, Param};
+use stage_kit::v2::{Host, Wasm, param, text_request};
+use stage_kit::{NOT_ANSWERABLE, cited_numbers, says_not_answerable, strip_markers, supporting_texts};
+
+/// Settings from the profile.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Weight of BM25 against dense in Stage 1 (α).
+    pub alpha: f32,
+    /// Documents routed.
+    pub docs: u32,
+    /// Weight of BM25 in the unit searches of Stage 2.
+    pub unit_alpha: f32,
+    /// w: a table's or figure's own score against its upper context's.
+    pub visual_weight: f32,
+    /// β: the document's score against the section's in the final ranking.
+    pub fuse: f32,
+    /// Units each Stage 2 search scores.
+    pub pool: u32,
+    /// Sections whose anchor pages are read, in rank order (the request's page order).
+    pub rank_sections: usize,
+    pub limits: pack::Limits,
+    pub answer_tokens: u32,
+    pub temperature: f32,
+}
+
+/// Reads the profile's parameters.
+pub fn settings(params: &[Param]) -> Result<Settings, String> {
+    let s = Settings {
+        alpha: param(params, "alpha", 0.5)?,
+        docs: param(params, "docs", 3)?,
+        unit_alpha: param(params, "unit_alpha", 0.5)?,
+        visual_weight: param(params, "visual_weight", 0.5)?,
+        fuse: param(params, "fuse", 0.5)?,
+        pool: param(params, "pool", 1000)?,
+        rank_sections: param(params, "rank_sections", 10)?,
+        limits: pack::Limits { sections: param(params, "sections", 3)?, associates: param(params, "associates", 3)?, budget: param(params, "budget", 2000)? },
+        answer_tokens: param(params, "answer_tokens", 96)?,
+        temperature: param(params, "temperature", 0.0)?,
+    };
+    let unit = |v: f32| (0.0..=1.0).contains(&v);
+    if !(unit(s.alpha) && unit(s.unit_alpha) && unit(s.visual_weight) && unit(s.fuse)) {
+        return Err("parameters alpha, unit_alpha, visual_weight and fuse must lie in [0, 1]".into());
+    }
+    if s.docs == 0 || s.pool == 0 || s.limits.sections == 0 || s.limits.budget < 50 {
+        return Err("parameters docs, pool and sections must be at least 1, and budget at least 50 tokens".into());
+    }
+    Ok(s)
+}
+
+/// The instruction of the answer call.
+pub const SYSTEM: &str = "You answer questions about documents using only the excerpts given. Answer briefly. \
+If the excerpts do not contain the answer, reply exactly NOT_ANSWERABLE.";
+
+fn not_answerable(notes: String) -> Answer {
+    Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: Vec::new(), notes }
+}
+
+/// Routes, ranks, packs and answers `question`.
+pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, String> {
+    let routed = rank::route(host, question, s.alpha, s.docs)?;
+    if routed.is_empty() {
+        return Ok(not_answerable("no Doc_card matched: the documents have no hikey artifacts yet (`evident index` builds them)".into()));
+    }
+    host.log(LogLevel::Info, &format!("route: {}", routed.iter().map(|r| format!("{} ({:.2})", r.document, r.score)).collect::<Vec<_>>().join(", ")));
+    let docs: Vec<String> = routed.iter().map(|r| r.document.clone()).collect();
+    let tree = rank::Tree::load(host, &docs)?;
+    let scores = rank::score_units(host, &tree, question, &docs, s.unit_alpha, s.visual_weight, s.pool)?;
+    let ranked = rank::rank_sections(&tree, &scores, &routed, s.fuse);
+    host.log(
+        LogLevel::Info,
+        &format!(
+            "sections: {}",
+            ranked
+                .iter()
+                .take(s.limits.sections)
+                .map(|r| format!("{} of {} {:.2} (S_sec {:.2}) p{}", r.section_key(&tree), tree.sections[r.section].document, r.score, r.section_score, pack::page_of(&tree, r.anchor).page))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    // The request's page order: the anchor pages of the ranked sections.
+    let mut read = Vec::new();
+    for r in ranked.iter().take(s.rank_sections) {
+        let page = pack::page_of(&tree, r.anchor);
+        if !read.contains(&page) {
+            host.page(&page)?;
+            read.push(page);
+        }
+    }
+    let packed = pack::pack(host, &tree, &ranked, &scores, s.limits);
+    host.log(LogLevel::Info, &format!("packed: {} units, {} of {} tokens", packed.units.len(), packed.tokens, s.limits.budget));
+    if packed.units.is_empty() {
+        return Ok(not_answerable("no unit of the routed documents matched the question".into()));
+    }
+    let (evidence, order) = pack::serialise(&tree, &packed);
+    for &u in &order {
+        let page = pack::page_of(&tree, u);
+        if !read.contains(&page) {
+            host.page(&page)?;
+            read.push(page);
+        }
+    }
+    let prompt = format!(
+        "Question: {question}\n\nExcerpts of the documents, each under its section path:\n\n{evidence}\n\n\
+         Answer the question from these excerpts only, briefly, and cite the excerpts you used as [n]. \
+         If they do not contain the answer, reply exactly {NOT_ANSWERABLE}."
+    );
+    let reply = host.generate(&text_request(SYSTEM, &prompt, s.answer_tokens, s.temperature))?.text;
+    if says_not_answerable(&reply) {
+        return Ok(not_answerable(format!("read {} units; the model found no answer", order.len())));
+    }
+    let text = strip_markers(&reply);
+    let mut cited = cited_numbers(&reply, order.len());
+    if cited.is_empty() {
+        let texts: Vec<&str> = order.iter().map(|&u| tree.units[u].1.text.as_str()).collect();
+        cited = supporting_texts(&text, &texts);
+    }
+    let mut citations: Vec<Citation> = Vec::new();
+    for n in cited {
+        let u = order[n - 1];
+        let page = pack::page_of(&tree, u);
+        let blocks = tree.units[u].1.anchor.blocks.clone();
+        match citations.iter_mut().find(|c| c.page == page) {
+            Some(c) => c.blocks.extend(blocks),
+            None => citations.push(Citation { page, blocks, quote: String::new() }),
+        }
+    }
+    Ok(Answer { text, answerable: true, citations, notes: format!("packed {} units, {} tokens", order.len(), packed.tokens) })
+}
+
+impl rank::RankedSection {
+    /// The section's card key.
+    pub fn section_key<'a>(&self, tree: &'a rank::Tree) -> &'a str {
+        &tree.sections[self.section].card.key
+    }
+}
+
+struct HiKey;
+
+impl Guest for HiKey {
+    fn answer(ctx: StageContext, _plan: Plan, _evidence: Vec<QuestionEvidence>) -> Result<Answer, String> {
+        answer(&Wasm, &settings(&ctx.params)?, &ctx.question)
+    }
+}
+
+export!(HiKey);
+
+#[cfg(test)]
+mod tests;
