@@ -140,3 +140,29 @@ fn long_texts_get_one_unit_vector_per_word_piece() {
     }
     assert!(out[0].tokens.iter().all(|t| t.chars().any(char::is_alphanumeric)));
 }
+
+#[test]
+fn one_pass_gives_the_sentence_and_token_vectors_of_the_two_passes() {
+    let encoder = TextEncoder::load(&model_dir(), &Device::flex()).expect("encoder loads");
+    // Texts of odd lengths: empty, punctuation only, one word, a table row, a unit's paragraph,
+    // and one over a window (which takes the two passes).
+    let texts = [
+        String::new(),
+        "--".to_string(),
+        "Revenue".to_string(),
+        "Net sales by segment: Safety and Industrial $11.6 billion; Transportation $8.9 billion.".to_string(),
+        "Sales grew in every region we serve, led by health care and consumer goods. ".repeat(3),
+        "Revenue grew in every segment, led by health care. ".repeat(40),
+    ];
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let (sentences, tokens) = encoder.embed_with_token_vectors(&texts).expect("one pass");
+    let (want_sentences, want_tokens) = (encoder.embed(&texts).expect("embed"), encoder.token_vectors(&texts).expect("token vectors"));
+    for (i, (got, want)) in sentences.iter().zip(&want_sentences).enumerate() {
+        assert_eq!(got.len(), want.len());
+        assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-4), "text {i}: sentence vectors differ");
+    }
+    for (i, (got, want)) in tokens.iter().zip(&want_tokens).enumerate() {
+        assert_eq!(got.tokens, want.tokens, "text {i}");
+        assert!(got.vectors.iter().zip(&want.vectors).all(|(a, b)| (a - b).abs() < 1e-4), "text {i}: token vectors differ");
+    }
+}

@@ -248,8 +248,7 @@ fn embed(services: &Services, list: &[types::Artifact]) -> Result<Vec<ArtifactRe
     let with_text: Vec<usize> = (0..records.len()).filter(|&i| !records[i].text.trim().is_empty()).collect();
     for chunk in with_text.chunks(64) {
         let texts: Vec<&str> = chunk.iter().map(|&i| list[i].text.as_str()).collect();
-        let embeddings = services.encoder.embed(&texts)?;
-        let tokens = services.encoder.token_vectors(&texts)?;
+        let (embeddings, tokens) = services.encoder.embed_with_token_vectors(&texts)?;
         for ((&i, e), t) in chunk.iter().zip(embeddings).zip(tokens) {
             records[i].embedding = e.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
             records[i].tokens = t.vectors.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();

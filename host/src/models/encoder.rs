@@ -165,6 +165,67 @@ impl TextEncoder {
         Ok(results)
     }
 
+    /// [`TextEncoder::embed`] and [`TextEncoder::token_vectors`] of each text. A text that fits
+    /// one window (most artifacts: a unit, a query, a card) is encoded once, since both come
+    /// from the hidden states of the same window; longer texts take the two passes.
+    pub fn embed_with_token_vectors(&self, texts: &[&str]) -> Result<(Vec<Vec<f32>>, Vec<TokenVectors>), ModelError> {
+        let dim = self.dim();
+        let mut embeddings: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        let mut tokens: Vec<TokenVectors> = vec![TokenVectors::default(); texts.len()];
+        let mut long = Vec::new();
+        let mut windows = Vec::new();
+        // For each window: the token-vector slot of each position (usize::MAX: none).
+        let mut slots: Vec<Vec<usize>> = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            let (ids, pieces) = self.word_pieces(text)?;
+            if ids.len() > MAX_WINDOW - 2 {
+                long.push(i);
+                continue;
+            }
+            let mut slot = vec![usize::MAX; ids.len() + 2];
+            let mut kept = Vec::new();
+            for (t, piece) in pieces.iter().enumerate() {
+                if piece.chars().any(char::is_alphanumeric) {
+                    slot[t + 1] = kept.len();
+                    kept.push(piece.clone());
+                }
+            }
+            tokens[i] = TokenVectors { dim, vectors: vec![0.0; kept.len() * dim], tokens: kept };
+            embeddings[i] = vec![0.0; dim];
+            let mut w = vec![self.cls];
+            w.extend(&ids);
+            w.push(self.sep);
+            let keep = (0..w.len()).map(|p| (p, p)).collect();
+            windows.push(Window { text: i, ids: w, keep });
+            slots.push(slot);
+        }
+        let window_of: std::collections::HashMap<usize, usize> = windows.iter().enumerate().map(|(k, w)| (w.text, k)).collect();
+        self.run(&windows, |w, p, v| {
+            for (a, b) in embeddings[w.text].iter_mut().zip(v) {
+                *a += b;
+            }
+            let slot = window_of.get(&w.text).map_or(usize::MAX, |&k| slots[k][p]);
+            if slot != usize::MAX {
+                let dst = &mut tokens[w.text].vectors[slot * dim..(slot + 1) * dim];
+                dst.copy_from_slice(v);
+                normalize(dst);
+            }
+        })?;
+        for w in &windows {
+            let v = &mut embeddings[w.text];
+            v.iter_mut().for_each(|x| *x /= w.ids.len() as f32);
+            normalize(v);
+        }
+        if !long.is_empty() {
+            let long_texts: Vec<&str> = long.iter().map(|&i| texts[i]).collect();
+            for ((&i, e), t) in long.iter().zip(self.embed(&long_texts)?).zip(self.token_vectors(&long_texts)?) {
+                embeddings[i] = e;
+                tokens[i] = t;
+            }
+        }
+        Ok((embeddings, tokens))
+    }
+
     /// How many token vectors [`TextEncoder::token_vectors`] gives `text`, without running
     /// the network.
     pub fn vector_count(&self, text: &str) -> Result<usize, ModelError> {
