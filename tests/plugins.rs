@@ -45,6 +45,7 @@ impl Fixture {
             encoder: Arc::new(TextEncoder::load(&models.join("all-minilm-l6-v2"), &cpu.device).expect("encoder")),
             maxsim: Arc::new(MaxSimBackend::Cpu(evident_kernels::MaxSimCpu::default())),
             vectors: Arc::new(evident::retrieval::PageVectorCache::new(64)),
+            artifacts: Arc::new(evident::retrieval::ArtifactCache::new(64)),
             token_pool_factor: 1,
             candidates: Arc::new(evident::retrieval::CandidateStage::new(evident::retrieval::CandidateSettings {
                 min_pages: 0,

@@ -144,6 +144,8 @@ pub struct ComputeConfig {
     pub backend: ComputeBackend,
     /// Memory for page vectors kept between questions, in MiB (0: read them for every search).
     pub vector_cache_mib: u64,
+    /// Memory for enrich artifacts kept between questions, in MiB (0: read them for every call).
+    pub artifact_cache_mib: u64,
     /// CPU MaxSim searches over at least this many pages first pick candidates by centroid
     /// codes (0: always exact).
     pub candidate_stage_pages: usize,

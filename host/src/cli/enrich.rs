@@ -121,7 +121,9 @@ pub fn artifacts(ctx: &Context, args: ArtifactsArgs) -> Result<ExitCode> {
         };
         let shown: Vec<serde_json::Value> = match (&args.search, &encoder) {
             (Some(query), Some(encoder)) if set.complete => {
-                let q = ArtifactQuery { store: &store, encoder, maxsim: &maxsim, set: &set.set };
+                // One search: nothing to keep between calls.
+                let cache = evident::retrieval::ArtifactCache::new(0);
+                let q = ArtifactQuery { store: &store, encoder, maxsim: &maxsim, set: &set.set, cache: &cache };
                 let (hits, _) = q.search(query, &args.kind, args.mode, args.alpha, args.k, std::slice::from_ref(&doc))?;
                 hits.iter().map(|h| artifact_json(&h.found.artifact, Some(h.score))).collect()
             }

@@ -134,6 +134,7 @@ impl Context {
             encoder: std::sync::Arc::new(self.encoder()?),
             maxsim: std::sync::Arc::new(self.maxsim()?),
             vectors: std::sync::Arc::new(evident::retrieval::PageVectorCache::new(self.config.compute.vector_cache_mib)),
+            artifacts: std::sync::Arc::new(evident::retrieval::ArtifactCache::new(self.config.compute.artifact_cache_mib)),
             token_pool_factor: self.config.ingest.token_pool_factor,
             candidates: std::sync::Arc::new(evident::retrieval::CandidateStage::new(evident::retrieval::CandidateSettings::of(&self.config.compute))),
             generator: std::sync::Arc::from(self.generator()?),

@@ -26,6 +26,8 @@ pub struct Services {
     pub maxsim: Arc<MaxSimBackend>,
     /// Page vectors kept between questions.
     pub vectors: Arc<crate::retrieval::PageVectorCache>,
+    /// Enrich artifacts kept between calls (`compute.artifact_cache_mib`).
+    pub artifacts: Arc<crate::retrieval::ArtifactCache>,
     /// How many token vectors of a page indexing pools into one (`ingest.token_pool_factor`).
     pub token_pool_factor: u32,
     /// The candidate stage of searches over many pages (`[compute]`).
@@ -219,7 +221,7 @@ impl RequestHost {
     fn artifact_query(&self) -> HostResult<ArtifactQuery<'_>> {
         self.live()?;
         let s = &self.services;
-        Ok(ArtifactQuery { store: &s.store, encoder: &s.encoder, maxsim: &s.maxsim, set: self.artifact_set()? })
+        Ok(ArtifactQuery { store: &s.store, encoder: &s.encoder, maxsim: &s.maxsim, set: self.artifact_set()?, cache: &s.artifacts })
     }
 }
 

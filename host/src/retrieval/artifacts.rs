@@ -5,6 +5,7 @@
 //! in step with it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use evident_kernels::{PageVectors, QueryBatch, top_k};
 use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, TextAnalyzer};
@@ -14,7 +15,7 @@ use crate::plugins::types;
 use crate::plugins::{HostFailure, HostResult};
 use crate::store::{ArtifactRecord, BoundingBox, DocumentRecord, Store};
 
-use super::{MaxSimBackend, SearchMode, min_max};
+use super::{ArtifactCache, MaxSimBackend, SearchMode, min_max};
 
 /// BM25's usual constants (Robertson and Zaragoza), as tantivy uses for pages.
 const K1: f32 = 1.2;
@@ -27,6 +28,8 @@ pub struct ArtifactQuery<'a> {
     pub maxsim: &'a MaxSimBackend,
     /// The enrich set read.
     pub set: &'a str,
+    /// Artifacts kept between calls.
+    pub cache: &'a ArtifactCache,
 }
 
 fn failed(e: impl std::fmt::Display) -> HostFailure {
@@ -65,28 +68,29 @@ pub fn artifact_record(a: &types::Artifact) -> ArtifactRecord {
 }
 
 impl ArtifactQuery<'_> {
-    /// The set's artifacts of `doc` when the set is complete; None when it is not built yet.
-    fn complete(&self, doc: &DocumentRecord) -> HostResult<Option<Vec<ArtifactRecord>>> {
+    /// The set's artifacts of `kind` ("" for all) of `doc` when the set is complete; None when
+    /// it is not built yet.
+    fn complete(&self, doc: &DocumentRecord, kind: &str) -> HostResult<Option<Arc<Vec<ArtifactRecord>>>> {
         match self.store.enrich_set(&doc.id, self.set).map_err(failed)? {
-            Some(set) if set.complete => Ok(Some(self.store.artifacts(&doc.id, self.set).map_err(failed)?)),
+            Some(set) if set.complete => Ok(Some(self.cache.get(&doc.id, &set, kind, || self.store.artifacts(&doc.id, self.set).map_err(failed))?)),
             _ => Ok(None),
         }
     }
 
-    fn of_document(&self, doc: &DocumentRecord) -> HostResult<Vec<ArtifactRecord>> {
-        self.complete(doc)?.ok_or_else(|| {
+    fn of_document(&self, doc: &DocumentRecord, kind: &str) -> HostResult<Arc<Vec<ArtifactRecord>>> {
+        self.complete(doc, kind)?.ok_or_else(|| {
             HostFailure::Refused(format!("the artifacts of document {} are not built for this profile's enrich stage yet; `evident index` builds them", doc.id))
         })
     }
 
     /// One artifact by key.
     pub fn get(&self, doc: &DocumentRecord, key: &str) -> HostResult<Option<types::StoredArtifact>> {
-        Ok(self.of_document(doc)?.iter().find(|a| a.key == key).map(|a| stored_artifact(&doc.id, a)))
+        Ok(self.of_document(doc, "")?.iter().find(|a| a.key == key).map(|a| stored_artifact(&doc.id, a)))
     }
 
     /// A document's artifacts of one kind (every kind when empty).
     pub fn of_kind(&self, doc: &DocumentRecord, kind: &str) -> HostResult<Vec<types::StoredArtifact>> {
-        Ok(self.of_document(doc)?.iter().filter(|a| kind.is_empty() || a.kind == kind).map(|a| stored_artifact(&doc.id, a)).collect())
+        Ok(self.of_document(doc, kind)?.iter().map(|a| stored_artifact(&doc.id, a)).collect())
     }
 
     /// The `k` best artifacts of `kind` for `query` across `docs`, and the documents skipped
@@ -100,14 +104,15 @@ impl ArtifactQuery<'_> {
         k: usize,
         docs: &[DocumentRecord],
     ) -> HostResult<(Vec<types::ArtifactHit>, Vec<String>)> {
-        let mut pool: Vec<(&str, ArtifactRecord)> = Vec::new();
+        let mut lists: Vec<(&str, Arc<Vec<ArtifactRecord>>)> = Vec::new();
         let mut unbuilt = Vec::new();
         for doc in docs {
-            match self.complete(doc)? {
-                Some(list) => pool.extend(list.into_iter().filter(|a| kind.is_empty() || a.kind == kind).map(|a| (doc.id.as_str(), a))),
+            match self.complete(doc, kind)? {
+                Some(list) => lists.push((doc.id.as_str(), list)),
                 None => unbuilt.push(doc.id.clone()),
             }
         }
+        let pool: Vec<(&str, &ArtifactRecord)> = lists.iter().flat_map(|(doc, list)| list.iter().map(move |a| (*doc, a))).collect();
         if pool.is_empty() && !unbuilt.is_empty() && unbuilt.len() == docs.len() {
             return Err(HostFailure::Refused(format!(
                 "the artifacts of {} are not built for this profile's enrich stage yet; `evident index` builds them",
@@ -131,13 +136,13 @@ impl ArtifactQuery<'_> {
         let hits = top_k(&scores, k)
             .into_iter()
             .enumerate()
-            .map(|(rank, i)| types::ArtifactHit { found: stored_artifact(pool[i].0, &pool[i].1), score: scores[i], rank: rank as u32 + 1 })
+            .map(|(rank, i)| types::ArtifactHit { found: stored_artifact(pool[i].0, pool[i].1), score: scores[i], rank: rank as u32 + 1 })
             .collect();
         Ok((hits, unbuilt))
     }
 
     /// MaxSim of the query over each artifact's token vectors (0 for an artifact without text).
-    fn dense(&self, query: &str, pool: &[(&str, ArtifactRecord)]) -> HostResult<Vec<f32>> {
+    fn dense(&self, query: &str, pool: &[(&str, &ArtifactRecord)]) -> HostResult<Vec<f32>> {
         let dim = self.encoder.dim();
         let mut batch = QueryBatch::new(dim);
         for tv in self.encoder.token_vectors(&[query]).map_err(failed)? {
@@ -164,7 +169,7 @@ impl ArtifactQuery<'_> {
 
     /// The `k` artifacts of the same document and kind nearest to `key`.
     pub fn neighbours(&self, doc: &DocumentRecord, key: &str, k: usize) -> HostResult<Vec<types::ArtifactHit>> {
-        let all = self.of_document(doc)?;
+        let all = self.of_document(doc, "")?;
         let Some(me) = all.iter().find(|a| a.key == key) else {
             return Err(HostFailure::Refused(format!("document {} has no artifact with key {key:?}", doc.id)));
         };

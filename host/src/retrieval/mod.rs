@@ -1,11 +1,13 @@
 //! Retrieval: per-token page vectors scored by MaxSim, BM25 over page text, and their fusion.
 
+mod artifact_cache;
 mod artifacts;
 mod candidates;
 mod lexical;
 mod snippet;
 mod vector_cache;
 
+pub use artifact_cache::ArtifactCache;
 pub use artifacts::{ArtifactQuery, artifact_record, bm25, stored_artifact};
 pub use candidates::{CandidateSettings, CandidateStage};
 pub use lexical::{LexicalError, LexicalIndex};
