@@ -513,7 +513,8 @@ fn hikey_builds_a_tree_at_ingest_routes_over_two_documents_and_packs_under_its_b
     std::fs::write(s.dir.path().join("hikey-small.toml"), text).expect("profile");
     let out = s.ok(&["ingest", "--no-images", common::bench_pdf(PAPER).to_str().expect("path"), common::bench_pdf(FILING).to_str().expect("path")]);
     let docs = s.app.docs();
-    let id_of = |file: &str| docs.iter().find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(file))).map(|d| d["id"].as_str().expect("id").to_string());
+    let id_of =
+        |file: &str| docs.iter().find(|d| d["source_path"].as_str().is_some_and(|p| p.ends_with(file))).map(|d| d["id"].as_str().expect("id").to_string());
     let (paper, filing) = (id_of(PAPER).unwrap_or_else(|| panic!("{docs:?}")), id_of(FILING).unwrap_or_else(|| panic!("{docs:?}")));
     for doc in [&paper, &filing] {
         assert!(out.contains(&format!("enriched {doc}  hikey-enrich: ")), "{out}");
