@@ -69,7 +69,8 @@ pub fn unit_type(a: &Artifact) -> UnitType {
 pub fn build_tree(title: &str, outline: &[OutlineEntry], page_count: u32, units: &[Artifact]) -> Vec<Section> {
     let title = if title.trim().is_empty() { "Document".to_string() } else { title.trim().to_string() };
     let page_of = |u: &Artifact| u.anchor.page.unwrap_or(0);
-    let mut sections = vec![Section { id: 0, title: title.clone(), level: 0, parent: None, path: vec![title], page: 1, start: 0, header: None, units: Vec::new() }];
+    let mut sections =
+        vec![Section { id: 0, title: title.clone(), level: 0, parent: None, path: vec![title], page: 1, start: 0, header: None, units: Vec::new() }];
     let mut claimed = vec![false; units.len()];
     for (i, e) in outline.iter().enumerate() {
         if e.page == 0 || e.page > page_count {
@@ -143,7 +144,14 @@ pub fn section_card(s: &Section, sections: &[Section], units: &[Artifact]) -> Ar
         fields.push(param("to", &units[last].key));
     }
     let links = s.parent.into_iter().chain(sections.iter().filter(|c| c.parent == Some(s.id)).map(|c| c.id)).map(Section::key_of).collect();
-    Artifact { key: Section::key_of(s.id), kind: "sec-card".into(), anchor: Anchor { page: Some(s.page), bbox: None, blocks: Vec::new() }, text: s.path_line(), fields, links }
+    Artifact {
+        key: Section::key_of(s.id),
+        kind: "sec-card".into(),
+        anchor: Anchor { page: Some(s.page), bbox: None, blocks: Vec::new() },
+        text: s.path_line(),
+        fields,
+        links,
+    }
 }
 
 /// The upper context of each table and figure unit (`x_{unit}`, kind `ctx`): the nearest text

@@ -97,7 +97,14 @@ pub fn page_units(page: &PageContent, regions: &[Region]) -> Vec<Artifact> {
         units.push((
             i as u32,
             1,
-            Artifact { key: String::new(), kind: "unit".into(), anchor: Anchor { page: Some(n), bbox: None, blocks: vec![i as u32] }, text, fields, links: Vec::new() },
+            Artifact {
+                key: String::new(),
+                kind: "unit".into(),
+                anchor: Anchor { page: Some(n), bbox: None, blocks: vec![i as u32] },
+                text,
+                fields,
+                links: Vec::new(),
+            },
         ));
     }
     units.sort_by_key(|(order, region_first, _)| (*order, *region_first));

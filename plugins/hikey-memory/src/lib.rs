@@ -110,7 +110,14 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
             ranked
                 .iter()
                 .take(s.limits.sections)
-                .map(|r| format!("{} of {} {:.2} (S_sec {:.2}) p{}", r.section_key(&tree), tree.sections[r.section].document, r.score, r.section_score, pack::page_of(&tree, r.anchor).page))
+                .map(|r| format!(
+                    "{} of {} {:.2} (S_sec {:.2}) p{}",
+                    r.section_key(&tree),
+                    tree.sections[r.section].document,
+                    r.score,
+                    r.section_score,
+                    pack::page_of(&tree, r.anchor).page
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

@@ -85,15 +85,7 @@ impl Tree {
 
 /// Type-specific unit scores: a text unit's own hybrid score; a table or figure mixes its own
 /// (caption and cells) and its upper context's, w·own + (1−w)·context.
-pub fn score_units(
-    host: &impl Host,
-    tree: &Tree,
-    question: &str,
-    documents: &[String],
-    alpha: f32,
-    visual_weight: f32,
-    pool: u32,
-) -> Result<Vec<f32>, String> {
+pub fn score_units(host: &impl Host, tree: &Tree, question: &str, documents: &[String], alpha: f32, visual_weight: f32, pool: u32) -> Result<Vec<f32>, String> {
     let index: HashMap<(&str, &str), usize> = tree.units.iter().enumerate().map(|(i, (d, u))| ((d.as_str(), u.key.as_str()), i)).collect();
     let mut own = vec![0.0f32; tree.units.len()];
     for hit in host.search_artifacts(question, "unit", SearchMode::Hybrid, alpha, pool, documents)? {

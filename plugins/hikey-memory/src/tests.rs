@@ -131,7 +131,8 @@ fn the_final_rank_fuses_document_and_section_scores_by_beta() {
     scores[at("a", "u1_1")] = 0.6;
     scores[at("b", "u1_1")] = 0.8;
     let routed = [Routed { document: "a".into(), score: 1.0 }, Routed { document: "b".into(), score: 0.2 }];
-    let order = |beta: f32| rank::rank_sections(&tree, &scores, &routed, beta).iter().map(|r| (tree.sections[r.section].document.clone(), r.score)).collect::<Vec<_>>();
+    let order =
+        |beta: f32| rank::rank_sections(&tree, &scores, &routed, beta).iter().map(|r| (tree.sections[r.section].document.clone(), r.score)).collect::<Vec<_>>();
     assert_eq!(order(0.0), [("b".to_string(), 0.8), ("a".to_string(), 0.6)]);
     assert_eq!(order(0.5), [("a".to_string(), 0.8), ("b".to_string(), 0.5)]);
 }

@@ -141,14 +141,7 @@ impl Host for FakeHost {
         self.images
     }
     fn search_artifacts(&self, query: &str, kind: &str, mode: SearchMode, alpha: f32, k: u32, documents: &[String]) -> Result<Vec<ArtifactHit>, String> {
-        self.artifact_searches.borrow_mut().push(ArtifactSearch {
-            query: query.into(),
-            kind: kind.into(),
-            mode,
-            alpha,
-            k,
-            documents: documents.to_vec(),
-        });
+        self.artifact_searches.borrow_mut().push(ArtifactSearch { query: query.into(), kind: kind.into(), mode, alpha, k, documents: documents.to_vec() });
         let mut found: Vec<(f32, &StoredArtifact)> = self
             .artifacts
             .iter()
