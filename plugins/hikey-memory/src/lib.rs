@@ -55,6 +55,9 @@ pub struct Settings {
     pub pool: u32,
     /// Sections whose anchor pages are read, in rank order (the request's page order).
     pub rank_sections: usize,
+    /// Pages the request's page order holds at least, when scored units lie on that many: after
+    /// the anchors, the pages of the best units by β·S_doc + (1−β)·s(c).
+    pub rank_pages: usize,
     pub limits: pack::Limits,
     pub answer_tokens: u32,
     pub temperature: f32,
@@ -70,6 +73,7 @@ pub fn settings(params: &[Param]) -> Result<Settings, String> {
         fuse: param(params, "fuse", 0.5)?,
         pool: param(params, "pool", 1000)?,
         rank_sections: param(params, "rank_sections", 10)?,
+        rank_pages: param(params, "rank_pages", 10)?,
         limits: pack::Limits { sections: param(params, "sections", 3)?, associates: param(params, "associates", 3)?, budget: param(params, "budget", 2000)? },
         answer_tokens: param(params, "answer_tokens", 96)?,
         temperature: param(params, "temperature", 0.0)?,
@@ -129,6 +133,24 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
         if !read.contains(&page) {
             host.page(&page)?;
             read.push(page);
+        }
+    }
+    // Sections with few units (a PDF without outline has one) give few anchors: the best
+    // units of the routed documents go on from there.
+    if read.len() < s.rank_pages {
+        let doc_score = |d: &str| routed.iter().find(|r| r.document == d).map_or(0.0, |r| r.score);
+        let mut units: Vec<(f32, usize)> =
+            (0..tree.units.len()).filter(|&u| scores[u] > 0.0).map(|u| (s.fuse * doc_score(&tree.units[u].0) + (1.0 - s.fuse) * scores[u], u)).collect();
+        units.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (_, u) in units {
+            if read.len() >= s.rank_pages {
+                break;
+            }
+            let page = pack::page_of(&tree, u);
+            if !read.contains(&page) {
+                host.page(&page)?;
+                read.push(page);
+            }
         }
     }
     let packed = pack::pack(host, &tree, &ranked, &scores, s.limits);

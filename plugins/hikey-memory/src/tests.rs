@@ -245,3 +245,17 @@ fn no_doc_card_answers_not_answerable_without_a_model_call() {
     assert!(!got.answerable && got.citations.is_empty());
     assert!(settings(&[Param { key: "fuse".into(), value: "1.5".into() }]).is_err());
 }
+
+#[test]
+fn after_the_section_anchors_the_best_units_pages_fill_the_page_order() {
+    let h = host(|_| NOT_ANSWERABLE.into());
+    let s = Settings { docs: 1, rank_sections: 1, rank_pages: 3, ..settings(&[]).unwrap() };
+    answer(&h, &s, QUESTION).unwrap();
+    let read: Vec<u32> = h.pages_read.borrow().iter().map(|p| p.page).collect();
+    // sec1's anchor (page 1); then the table (page 2: its context holds three of the words) and
+    // the costs text (page 3), best units first; no page twice.
+    assert_eq!(read, [1, 2, 3]);
+    let h = host(|_| NOT_ANSWERABLE.into());
+    answer(&h, &Settings { docs: 1, rank_sections: 1, rank_pages: 1, ..settings(&[]).unwrap() }, QUESTION).unwrap();
+    assert_eq!(h.pages_read.borrow()[0].page, 1);
+}
