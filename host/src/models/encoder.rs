@@ -174,8 +174,9 @@ impl TextEncoder {
         let mut tokens: Vec<TokenVectors> = vec![TokenVectors::default(); texts.len()];
         let mut long = Vec::new();
         let mut windows = Vec::new();
-        // For each window: the token-vector slot of each position (usize::MAX: none).
-        let mut slots: Vec<Vec<usize>> = Vec::new();
+        // For each text that fits a window: the token-vector slot of each position (usize::MAX:
+        // none).
+        let mut slots: Vec<Vec<usize>> = vec![Vec::new(); texts.len()];
         for (i, text) in texts.iter().enumerate() {
             let (ids, pieces) = self.word_pieces(text)?;
             if ids.len() > MAX_WINDOW - 2 {
@@ -197,14 +198,13 @@ impl TextEncoder {
             w.push(self.sep);
             let keep = (0..w.len()).map(|p| (p, p)).collect();
             windows.push(Window { text: i, ids: w, keep });
-            slots.push(slot);
+            slots[i] = slot;
         }
-        let window_of: std::collections::HashMap<usize, usize> = windows.iter().enumerate().map(|(k, w)| (w.text, k)).collect();
         self.run(&windows, |w, p, v| {
             for (a, b) in embeddings[w.text].iter_mut().zip(v) {
                 *a += b;
             }
-            let slot = window_of.get(&w.text).map_or(usize::MAX, |&k| slots[k][p]);
+            let slot = slots[w.text][p];
             if slot != usize::MAX {
                 let dst = &mut tokens[w.text].vectors[slot * dim..(slot + 1) * dim];
                 dst.copy_from_slice(v);

@@ -54,7 +54,7 @@ pub fn pack(host: &impl Host, tree: &Tree, ranked: &[RankedSection], scores: &[f
     let cost = |u: usize, text: &str, paths: &HashSet<usize>| {
         let s = tree.section_of[u];
         let header = if s != usize::MAX && !paths.contains(&s) { host.count_tokens(&header_line(tree.sections[s].path())) + 1 } else { 0 };
-        header + host.count_tokens(&item_line(tree, u, text, packed_number_width())) + 1
+        header + host.count_tokens(&item_line(tree, u, text, PRICED_NUMBER)) + 1
     };
     let add = |u: usize, packed: &mut Packed, paths: &mut HashSet<usize>, taken: &mut HashSet<usize>, may_cut: bool| {
         if taken.contains(&u) {
@@ -104,11 +104,9 @@ pub fn pack(host: &impl Host, tree: &Tree, ranked: &[RankedSection], scores: &[f
     packed
 }
 
-/// The width a number takes in the cost estimate ("[10]"): costs are counted before numbers
-/// are known, so each item is priced as if numbered 10.
-fn packed_number_width() -> usize {
-    10
-}
+/// The number each item is priced with in the cost estimate: costs are counted before numbers
+/// are known, so each item is priced as if numbered 10 ("[10]").
+const PRICED_NUMBER: usize = 10;
 
 /// The packed evidence as prompt text, grouped under section paths (each written once, groups
 /// in packing order, units in reading order within a group), numbered [1], [2], ... in the
