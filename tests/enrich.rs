@@ -5,7 +5,9 @@
 //! hostile enrich stages each fail with one sentence while the document still lands; a crop a
 //! stage sends reaches an OpenAI-compatible server as the image of that region, and one that
 //! asks for the thinking model gets it; 0.1.0 stages answer beside 0.2.0 ones; DocMemo's two
-//! stages build a document's schema at ingest and answer in rounds of belief-guided reading.
+//! stages build a document's schema at ingest and answer in rounds of belief-guided reading; a
+//! stage marked `at_ingest = false` runs only at `index --profile`; HiKEY builds its tree and
+//! routes; MLDocRAG builds its chunk-query graph and answers from the chunks its queries name.
 
 mod common;
 
@@ -497,6 +499,53 @@ fn pages_read_by_ocr_at_index_are_enriched_again() {
     assert!(words.iter().any(|w| w.contains("wave")), "the cards now hold the slides' words: {words:?}");
 }
 
+#[test]
+fn an_enrich_stage_marked_for_index_only_is_left_out_of_ingest_kept_and_built_by_index() {
+    let s = Setup::new("timeout_s = 60");
+    s.profile("cards", "words = 12", ARTIFACT_MEMORY);
+    let later = format!(
+        "description = \"later\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.enrich]\nplugin = \"test-enrich\"\nat_ingest = false\nparams = {{ words = 7 }}\n[stages.memory]\n{ARTIFACT_MEMORY}\n"
+    );
+    std::fs::write(s.dir.path().join("later.toml"), later).expect("profile");
+    let out = s.run(&["ingest", "--no-images", common::bench_pdf(FILING).to_str().expect("path")]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let doc = s.only_document();
+    assert_eq!(stdout.matches(&format!("enriched {doc}  test-enrich: ")).count(), 1, "{stdout}");
+    assert!(stderr.contains("the enrich stage of later runs only when asked: `evident index --profile later`"), "{stderr}");
+    let params = |sets: &[Value]| -> Vec<String> { sets.iter().map(|x| format!("{} {}", x["state"].as_str().unwrap_or("?"), x["params"])).collect() };
+    let sets = s.sets(&doc);
+    assert_eq!(sets.len(), 1, "{:?}", params(&sets));
+    assert!(sets[0]["params"].to_string().contains("\"12\""), "{:?}", params(&sets));
+
+    let refused = s.run(&["ask", "What did the filing report?", "--profile", "later"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("evident index"));
+    // A plain `index` leaves it too; `index --profile later` builds it beside the other set,
+    // which stays.
+    let out = s.ok(&["index"]);
+    assert!(!out.contains("enriched"), "{out}");
+    assert_eq!(s.sets(&doc).len(), 1);
+    assert!(!s.run(&["index", "--profile", "nosuch"]).status.success());
+    let out = s.ok(&["index", "--profile", "later"]);
+    assert_eq!(out.matches(&format!("enriched {doc}  test-enrich: ")).count(), 1, "{out}");
+    let sets = s.sets(&doc);
+    assert_eq!(sets.len(), 2, "{:?}", params(&sets));
+    assert!(sets.iter().all(|x| x["state"] == "complete"), "{:?}", params(&sets));
+    assert!(sets.iter().any(|x| x["params"].to_string().contains("\"7\"")), "{:?}", params(&sets));
+    s.ok(&["ask", "What did the filing report?", "--profile", "later"]);
+
+    // at_ingest belongs to the enrich stage alone.
+    std::fs::write(
+        s.dir.path().join("bad.toml"),
+        format!("description = \"bad\"\n[retrieve]\nk = 3\nmode = \"bm25\"\n[stages.memory]\n{ARTIFACT_MEMORY}\nat_ingest = false\n"),
+    )
+    .expect("profile");
+    let bad = s.run(&["ask", "What did the filing report?", "--profile", "bad"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("at_ingest applies to the enrich stage only"), "{}", String::from_utf8_lossy(&bad.stderr));
+}
+
 /// A field of an artifact as `artifacts --json` shows it (a list of [key, value] pairs).
 fn field<'a>(artifact: &'a Value, key: &str) -> Option<&'a str> {
     artifact["fields"].as_array()?.iter().find(|f| f[0] == key).and_then(|f| f[1].as_str())
@@ -554,5 +603,72 @@ fn hikey_builds_a_tree_at_ingest_routes_over_two_documents_and_packs_under_its_b
     for e in v["evidence"].as_array().expect("evidence") {
         let cited = (e["document"].as_str().expect("doc").to_string(), e["page"].as_u64().expect("page"));
         assert!(ranked.contains(&cited), "cited {cited:?}, read {ranked:?}");
+    }
+}
+
+#[test]
+fn mldocrag_builds_its_chunk_query_graph_when_asked_and_answers_from_the_chunks_its_queries_name() {
+    // The bundled MLDocRAG stages with the 0.5B model writing at most 3 pairs per chunk, over
+    // the two pages of the filing that report the votes.
+    let s = Setup::over(".evident/plugins", "timeout_s = 600", "[generator]\nmodel = \"qwen2.5-0.5b\"\n");
+    let text = "description = \"mldocrag, small\"\n[retrieve]\nk = 0\nmode = \"hybrid\"\n\
+                [stages.enrich]\nplugin = \"mldocrag-enrich\"\nat_ingest = false\nparams = { max_queries = 3 }\n\
+                [stages.memory]\nplugin = \"mldocrag-memory\"\nparams = { answer_tokens = 32 }\n";
+    std::fs::write(s.dir.path().join("mldocrag-small.toml"), text).expect("profile");
+    let pdf = common::pages_of(FILING, &[3, 4], &s.dir.path().join("votes.pdf"));
+    s.ok(&["ingest", "--no-images", pdf.to_str().expect("path")]);
+    let doc = s.only_document();
+    assert!(s.sets(&doc).is_empty(), "MDoc2Query does not run at ingest");
+    let out = s.ok(&["index", "--profile", "mldocrag-small"]);
+    assert!(out.contains(&format!("enriched {doc}  mldocrag-enrich: ")), "{out}");
+
+    // Chunks carry no text (nothing embeds them) and hold their content in a field; every query
+    // node links to its chunk, which links back, and answers from it.
+    let sets = s.sets(&doc);
+    let set = &sets[0];
+    let chunks = of_kind(set, "chunk");
+    let queries = of_kind(set, "query");
+    assert!(chunks.len() >= 2 && !queries.is_empty(), "{} chunks, {} queries", chunks.len(), queries.len());
+    let lower_words = |t: &str| t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect::<Vec<_>>();
+    for c in &chunks {
+        assert_eq!(c["text"], "", "{c}");
+        assert!(matches!(field(c, "modality"), Some("text" | "table" | "figure")));
+    }
+    for q in &queries {
+        let key = field(q, "chunk").expect("chunk field");
+        let chunk = chunks.iter().find(|c| c["key"] == key).unwrap_or_else(|| panic!("no chunk {key}"));
+        assert_eq!(q["links"][0], key);
+        assert!(chunk["links"].as_array().expect("links").contains(&q["key"]));
+        assert_eq!(q["page"], chunk["page"]);
+        let content: std::collections::HashSet<String> = lower_words(field(chunk, "content").unwrap_or("")).into_iter().collect();
+        let answer = lower_words(field(q, "answer").unwrap_or(""));
+        assert!(2 * answer.iter().filter(|w| content.contains(*w)).count() >= answer.len(), "{q}");
+    }
+
+    // Asked a node's own question, that node passes the threshold and its chunk is ranked; the
+    // best chunk's page leads the request's page order; the host retrieves nothing; citations
+    // name pages it read.
+    let node = queries[0];
+    let question = field(node, "query").expect("query");
+    let v: Value = serde_json::from_str(&s.ok(&["ask", "--profile", "mldocrag-small", "--json", "--trace", question])).expect("JSON");
+    let log: Vec<&str> = v["log"].as_array().expect("log").iter().map(|l| l.as_str().expect("line")).collect();
+    let seeds = log.iter().find_map(|l| l.strip_prefix("query nodes: ")).unwrap_or_else(|| panic!("{log:?}"));
+    assert!(!seeds.ends_with(" 0 kept"), "{seeds}");
+    assert!(log.iter().any(|l| l.starts_with("expanded: ")), "{log:?}");
+    let retrieve = v["trace"].as_array().expect("trace").iter().find(|t| t["stage"] == "retrieve").expect("retrieve step");
+    assert_eq!(retrieve["output"], "skipped (k = 0)");
+    let chunks_line = log.iter().find_map(|l| l.strip_prefix("chunks: ")).unwrap_or_else(|| panic!("{log:?}"));
+    let listed: Vec<(&str, u64)> = chunks_line
+        .split(", ")
+        .map(|c| {
+            let parts: Vec<&str> = c.split(' ').collect();
+            (parts[0], parts[2].trim_start_matches('p').parse().expect("page"))
+        })
+        .collect();
+    assert!(listed.iter().any(|(key, _)| Some(*key) == field(node, "chunk")), "{chunks_line}");
+    let ranked: Vec<u64> = v["ranked_pages"].as_array().expect("ranked").iter().map(|p| p[1].as_u64().expect("page")).collect();
+    assert_eq!(ranked.first(), Some(&listed[0].1), "{ranked:?} {log:?}");
+    for e in v["evidence"].as_array().expect("evidence") {
+        assert!(ranked.contains(&e["page"].as_u64().expect("page")), "{v}");
     }
 }

@@ -132,11 +132,22 @@ pub fn floats(v: &serde_json::Value) -> Vec<f32> {
 /// Three scanned slides (no text layer; the second shows "Wave Speed = Frequency x Wavelength")
 /// cut out of a benchmark deck into `dir`.
 pub fn scanned_pages(dir: &Path) -> PathBuf {
-    let deck = bench_pdf("mmlongbench-doc/b3m5kaeqm2w8n4bwcesw-140602121350-phpapp02_95.pdf");
-    let out = dir.join("waves.pdf");
-    let script = "import sys, pypdfium2 as pdfium\nsrc = pdfium.PdfDocument(sys.argv[1])\nnew = pdfium.PdfDocument.new()\nnew.import_pages(src, [6, 7, 8])\nnew.save(sys.argv[2])\n";
-    let status =
-        Command::new(repo_root().join(".evident/venv/bin/python")).args(["-c", script]).arg(&deck).arg(&out).status().expect("the set-up's Python runs");
-    assert!(status.success(), "cutting pages out of {}", deck.display());
-    out
+    pages_of("mmlongbench-doc/b3m5kaeqm2w8n4bwcesw-140602121350-phpapp02_95.pdf", &[7, 8, 9], &dir.join("waves.pdf"))
+}
+
+/// Pages `pages` (from 1) of a benchmark PDF as a PDF of their own at `out`, cut by PDFium
+/// through the set-up's Python environment.
+pub fn pages_of(pdf: &str, pages: &[u32], out: &Path) -> PathBuf {
+    let src = bench_pdf(pdf);
+    let script = "import sys, pypdfium2 as pdfium\nsrc = pdfium.PdfDocument(sys.argv[1])\nnew = pdfium.PdfDocument.new()\n\
+                  new.import_pages(src, [int(p) - 1 for p in sys.argv[3:]])\nnew.save(sys.argv[2])\n";
+    let status = Command::new(repo_root().join(".evident/venv/bin/python"))
+        .args(["-c", script])
+        .arg(&src)
+        .arg(out)
+        .args(pages.iter().map(u32::to_string))
+        .status()
+        .expect("the set-up's Python runs");
+    assert!(status.success(), "cutting pages out of {}", src.display());
+    out.to_path_buf()
 }

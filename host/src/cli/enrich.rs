@@ -6,24 +6,31 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Args;
-use evident::enrich::{enrich_all, enrich_stages, needs_enrich, stale_sets};
+use evident::enrich::{EnrichWhen, enrich_all, enrich_stages, needs_enrich, stale_sets};
 use evident::retrieval::{ArtifactQuery, SearchMode};
 use evident::store::{DocumentRecord, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Context;
 
-/// Runs every profile's enrich stage over `docs` (those with work left); false when a stage
-/// failed on some document (each failure is printed; the documents stay stored and indexed).
-pub fn run(ctx: &Context, store: &Arc<Store>, docs: &[DocumentRecord]) -> Result<bool> {
+/// Runs the profiles' enrich stages that run `when` over `docs` (those with work left); false
+/// when a stage failed on some document (each failure is printed; the documents stay stored
+/// and indexed).
+pub fn run(ctx: &Context, store: &Arc<Store>, docs: &[DocumentRecord], when: EnrichWhen) -> Result<bool> {
     let registry = ctx.registry(store.clone())?;
     let (stages, problems) = enrich_stages(&registry);
     for problem in problems {
         eprintln!("note: {problem}");
     }
+    if let EnrichWhen::Index { profiles } = when {
+        let known = registry.profile_names();
+        if let Some(unknown) = profiles.iter().find(|p| !known.contains(p)) {
+            anyhow::bail!("there is no profile named {unknown} (there are: {})", known.join(", "));
+        }
+    }
     let mut todo = Vec::new();
     for doc in docs {
-        if needs_enrich(store, doc, &stages)? {
+        if needs_enrich(store, doc, &stages, when)? {
             todo.push(doc.clone());
         }
     }
@@ -31,7 +38,12 @@ pub fn run(ctx: &Context, store: &Arc<Store>, docs: &[DocumentRecord]) -> Result
         return Ok(true);
     }
     let services = ctx.services(store.clone())?;
-    let total: u64 = todo.iter().map(|d| u64::from(d.page_count)).sum::<u64>() * stages.len() as u64;
+    let running = stages.iter().filter(|s| s.runs(when)).count() as u64;
+    if running < stages.len() as u64 {
+        let later: Vec<&str> = stages.iter().filter(|s| !s.runs(when)).flat_map(|s| s.profiles.iter().map(String::as_str)).collect();
+        eprintln!("note: the enrich stage of {} runs only when asked: `evident index --profile {}`", later.join(", "), later[0]);
+    }
+    let total: u64 = todo.iter().map(|d| u64::from(d.page_count)).sum::<u64>() * running;
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("enrich [{bar:30.cyan/blue}] {pos}/{len} pages  eta {eta}  {msg}")
@@ -40,7 +52,7 @@ pub fn run(ctx: &Context, store: &Arc<Store>, docs: &[DocumentRecord]) -> Result
     );
     let mut all_ok = true;
     for doc in &todo {
-        for stage in &stages {
+        for stage in stages.iter().filter(|s| s.runs(when)) {
             bar.suspend(|| eprintln!("enriching {} with {} (set {}, {} pages)", doc.id, stage.plugin, stage.set, doc.page_count));
         }
         // Without a terminal there is no bar: a line per page is the progress a log shows.
@@ -52,7 +64,7 @@ pub fn run(ctx: &Context, store: &Arc<Store>, docs: &[DocumentRecord]) -> Result
                 eprintln!("enrich {} {}: page {done} of {total}", doc.id, stage.plugin);
             }
         };
-        for report in enrich_all(&services, registry.runtime(), &stages, doc, &on_page)? {
+        for report in enrich_all(&services, registry.runtime(), &stages, when, doc, &on_page)? {
             let cost = format!("{} model calls, {} tokens, {:.1} s", report.llm_calls, report.tokens, report.seconds);
             let resumed = report.resumed_at.map(|p| format!(", resumed at page {p}")).unwrap_or_default();
             bar.suspend(|| match (&report.failure, report.already_done) {

@@ -90,7 +90,7 @@ pub fn run(ctx: &Context, args: IngestArgs) -> Result<ExitCode> {
     if !args.no_index && !to_index.is_empty() {
         super::search::run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &to_index, ctx.config.ingest.token_pool_factor)?;
         if !args.no_enrich {
-            enriched = super::enrich::run(ctx, &store, &to_index)?;
+            enriched = super::enrich::run(ctx, &store, &to_index, evident::enrich::EnrichWhen::Ingest)?;
         }
     }
     Ok(if failed > 0 || !enriched { ExitCode::FAILURE } else { ExitCode::SUCCESS })

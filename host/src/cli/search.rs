@@ -15,6 +15,10 @@ use super::Context;
 pub struct IndexArgs {
     /// Only these documents (id, file name or title); default: all.
     docs: Vec<String>,
+    /// Also run this profile's enrich stage where it is marked `at_ingest = false` (repeatable);
+    /// without it, `index` runs the stages that ingest runs.
+    #[arg(long = "profile")]
+    profiles: Vec<String>,
 }
 
 /// Arguments of `evident search`.
@@ -47,7 +51,11 @@ pub fn index(ctx: &Context, args: IndexArgs) -> Result<ExitCode> {
     ocr_unread_pages(ctx, &store, &docs)?;
     run_index(&store, &ctx.lexical()?, &ctx.encoder()?, &docs, ctx.config.ingest.token_pool_factor)?;
     let ready: Vec<_> = docs.into_iter().filter(|d| matches!(evident::retrieval::needs_index(&store, d), Ok(false))).collect();
-    Ok(if super::enrich::run(ctx, &store, &ready)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if super::enrich::run(ctx, &store, &ready, evident::enrich::EnrichWhen::Index { profiles: &args.profiles })? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Reads with OCR the scanned pages of documents ingested without it (before OCR existed, or

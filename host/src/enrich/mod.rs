@@ -52,13 +52,30 @@ impl Classified for EnrichError {
 /// An enrich stage some profile names, with its parameters.
 #[derive(Clone)]
 pub struct EnrichStage {
-    /// The first profile (by name) that names it.
-    pub profile: String,
+    /// The profiles that name it, by name.
+    pub profiles: Vec<String>,
     pub plugin: String,
     pub component: Arc<StageComponent>,
     pub params: Vec<(String, String)>,
     /// The set its artifacts go to.
     pub set: String,
+    /// Whether ingest and upload run it (any profile naming it says so), or only `index`.
+    pub at_ingest: bool,
+}
+
+/// What is enriching a document: ingest, upload and a plain `evident index` run the stages
+/// marked `at_ingest`; `evident index --profile P` also runs P's stage when it is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnrichWhen<'a> {
+    Ingest,
+    Index { profiles: &'a [String] },
+}
+
+impl EnrichStage {
+    /// Whether this stage runs `when`.
+    pub fn runs(&self, when: EnrichWhen) -> bool {
+        self.at_ingest || matches!(when, EnrichWhen::Index { profiles } if self.profiles.iter().any(|p| profiles.contains(p)))
+    }
 }
 
 /// The enrich stages of every profile, one per (plugin bytes, parameters), and a sentence for
@@ -86,8 +103,13 @@ pub fn enrich_stages(registry: &PluginRegistry) -> (Vec<EnrichStage>, Vec<String
         let Some((plugin, component)) = resolved.components.get(&StageKind::Enrich) else { continue };
         let params = resolved.profile.param_pairs(StageKind::Enrich);
         let set = enrich_set_id(&component.sha256, &params);
-        if !stages.iter().any(|s| s.set == set) {
-            stages.push(EnrichStage { profile: name.clone(), plugin: plugin.clone(), component: component.clone(), params, set });
+        let at_ingest = resolved.profile.stages.get(&StageKind::Enrich).is_none_or(|b| b.at_ingest);
+        match stages.iter_mut().find(|s| s.set == set) {
+            Some(same) => {
+                same.at_ingest |= at_ingest;
+                same.profiles.push(name.clone());
+            }
+            None => stages.push(EnrichStage { profiles: vec![name.clone()], plugin: plugin.clone(), component: component.clone(), params, set, at_ingest }),
         }
     }
     (stages, problems)
@@ -262,9 +284,10 @@ pub fn stale_sets(store: &Store, doc: &DocumentRecord, stages: &[EnrichStage]) -
     Ok(store.enrich_sets(&doc.id)?.into_iter().filter(|s| !stages.iter().any(|st| st.set == s.set)).collect())
 }
 
-/// Whether any current enrich stage still has work on `doc`.
-pub fn needs_enrich(store: &Store, doc: &DocumentRecord, stages: &[EnrichStage]) -> Result<bool, StoreError> {
-    for stage in stages {
+/// Whether any current enrich stage that runs `when` still has work on `doc`, or `doc` has a
+/// set no current stage makes.
+pub fn needs_enrich(store: &Store, doc: &DocumentRecord, stages: &[EnrichStage], when: EnrichWhen) -> Result<bool, StoreError> {
+    for stage in stages.iter().filter(|s| s.runs(when)) {
         if !store.enrich_set(&doc.id, &stage.set)?.is_some_and(|s| s.complete) {
             return Ok(true);
         }
@@ -272,16 +295,18 @@ pub fn needs_enrich(store: &Store, doc: &DocumentRecord, stages: &[EnrichStage])
     Ok(!stale_sets(store, doc, stages)?.is_empty())
 }
 
-/// Runs every enrich stage over `doc`, then removes its stale sets; one report per stage.
+/// Runs the enrich stages that run `when` over `doc`, then removes its stale sets (judged
+/// against every stage, so that a set only `index` makes is kept); one report per stage run.
 pub fn enrich_all(
     services: &Arc<Services>,
     runtime: &StageRuntime,
     stages: &[EnrichStage],
+    when: EnrichWhen,
     doc: &DocumentRecord,
     on_page: &dyn Fn(&EnrichStage, u32, u32),
 ) -> Result<Vec<EnrichReport>, EnrichError> {
     let mut reports = Vec::with_capacity(stages.len());
-    for stage in stages {
+    for stage in stages.iter().filter(|s| s.runs(when)) {
         reports.push(enrich_document(services, runtime, stage, doc, &|done, total| on_page(stage, done, total))?);
     }
     for stale in stale_sets(&services.store, doc, stages)? {

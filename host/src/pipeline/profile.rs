@@ -44,6 +44,14 @@ pub struct StageBinding {
     /// Parameters handed to the stage as text (it parses them).
     #[serde(default)]
     pub params: BTreeMap<String, toml::Value>,
+    /// Enrich stages only: whether ingest and upload run it (true), or only `evident index`
+    /// (false, for a stage too costly to run on every upload).
+    #[serde(default = "at_ingest_by_default")]
+    pub at_ingest: bool,
+}
+
+fn at_ingest_by_default() -> bool {
+    true
 }
 
 /// How the host retrieves pages for each question of the plan.
@@ -82,6 +90,12 @@ impl Profile {
             toml::from_str(&text).map_err(|e| ProfileError::Invalid { path: path.display().to_string(), reason: e.message().to_string() })?;
         if !profile.stages.contains_key(&StageKind::Memory) {
             return Err(ProfileError::NoMemory(name.to_string()));
+        }
+        if let Some((kind, _)) = profile.stages.iter().find(|(kind, b)| **kind != StageKind::Enrich && !b.at_ingest) {
+            return Err(ProfileError::Invalid {
+                path: path.display().to_string(),
+                reason: format!("at_ingest applies to the enrich stage only, not to the {kind:?} stage"),
+            });
         }
         profile.name = name.to_string();
         Ok(profile)

@@ -115,7 +115,7 @@ impl ArtifactQuery<'_> {
         let pool: Vec<(&str, &ArtifactRecord)> = lists.iter().flat_map(|(doc, list)| list.iter().map(move |a| (*doc, a))).collect();
         if pool.is_empty() && !unbuilt.is_empty() && unbuilt.len() == docs.len() {
             return Err(HostFailure::Refused(format!(
-                "the artifacts of {} are not built for this profile's enrich stage yet; `evident index` builds them",
+                "the artifacts of {} are not built for this profile's enrich stage yet; `evident index` builds them (`evident index --profile NAME` for a stage marked at_ingest = false)",
                 if unbuilt.len() == 1 { format!("document {}", unbuilt[0]) } else { format!("the {} documents in scope", unbuilt.len()) }
             )));
         }

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use super::Metrics;
 use super::error::ApiError;
 use super::metrics::JobLabels;
-use crate::enrich::{enrich_all, enrich_stages, needs_enrich};
+use crate::enrich::{EnrichWhen, enrich_all, enrich_stages, needs_enrich};
 use crate::error::Classified;
 use crate::ingest::{IngestError, IngestOptions, IngestOutcome, IngestProgress, PdfWorker, ingest_file};
 use crate::pipeline::Services;
@@ -227,7 +227,7 @@ fn queue_stale(shared: &Shared, index: &mpsc::Sender<IndexJob>) {
                 info!(doc = %doc.id, "indexing a document an earlier run left unindexed");
                 let _ = index.send(IndexJob { job: None, doc });
             }
-            Ok(false) if matches!(needs_enrich(&services.store, &doc, &stages), Ok(true)) => {
+            Ok(false) if matches!(needs_enrich(&services.store, &doc, &stages, EnrichWhen::Ingest), Ok(true)) => {
                 info!(doc = %doc.id, "enriching a document an earlier run left unfinished");
                 let _ = index.send(IndexJob { job: None, doc });
             }
@@ -418,7 +418,7 @@ impl Shared {
                 job.pages_enriched.fetch_add(1, Ordering::Relaxed);
             }
         };
-        match enrich_all(&self.services, self.registry.runtime(), &stages, doc, &on_page) {
+        match enrich_all(&self.services, self.registry.runtime(), &stages, EnrichWhen::Ingest, doc, &on_page) {
             Ok(reports) => reports
                 .into_iter()
                 .filter_map(|r| r.failure)
