@@ -82,7 +82,7 @@ fn profile(runtime: &StageRuntime, stages: &[StageSpec]) -> ResolvedProfile {
     let mut components = HashMap::new();
     for (kind, plugin, params) in stages {
         let params = params.iter().map(|(k, v)| (k.to_string(), toml::Value::String(v.to_string()))).collect();
-        bindings.insert(*kind, StageBinding { plugin: plugin.to_string(), params });
+        bindings.insert(*kind, StageBinding { plugin: plugin.to_string(), params, at_ingest: true });
         let component = runtime.compile(&component_bytes(plugin), *kind).expect("compiles");
         components.insert(*kind, (plugin.to_string(), Arc::new(component)));
     }
