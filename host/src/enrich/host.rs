@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::generate::PromptCache;
 use crate::pipeline::Services;
 use crate::pipeline::capabilities::{self, Usage};
 use crate::plugins::types::{self, PageRef};
@@ -24,12 +25,15 @@ pub struct EnrichHost {
     /// Model calls and tokens the call spent.
     pub usage: Usage,
     log: Mutex<Vec<String>>,
+    /// The keys and values of the document's earlier prompts: an enrich stage sends the same
+    /// instructions for every page or chunk, computed once.
+    prompts: Arc<PromptCache>,
 }
 
 impl EnrichHost {
-    /// A call over `doc`, its random draws seeded by `seed`.
-    pub fn new(services: Arc<Services>, doc: DocumentRecord, seed: u64) -> EnrichHost {
-        EnrichHost { services, doc, rng: Mutex::new(StdRng::seed_from_u64(seed)), usage: Usage::default(), log: Mutex::new(Vec::new()) }
+    /// A call over `doc`, its random draws seeded by `seed`, its prompts sharing `prompts`.
+    pub fn new(services: Arc<Services>, doc: DocumentRecord, seed: u64, prompts: Arc<PromptCache>) -> EnrichHost {
+        EnrichHost { services, doc, rng: Mutex::new(StdRng::seed_from_u64(seed)), usage: Usage::default(), log: Mutex::new(Vec::new()), prompts }
     }
 
     /// The one document this call may read.
@@ -45,11 +49,11 @@ impl EnrichHost {
 impl StageHost for EnrichHost {
     fn generate(&self, request: types::GenerateRequest) -> HostResult<types::Generation> {
         let seed = self.random();
-        capabilities::generate(&self.services, &self.usage, None, request, seed, &|id| self.own(id).cloned())
+        capabilities::generate(&self.services, &self.usage, Some(&self.prompts), request, seed, &|id| self.own(id).cloned())
     }
 
     fn score_choices(&self, system: String, prompt: String, choices: Vec<String>) -> HostResult<Vec<f32>> {
-        capabilities::score_choices(&self.services, &self.usage, None, system, prompt, choices)
+        capabilities::score_choices(&self.services, &self.usage, Some(&self.prompts), system, prompt, choices)
     }
 
     fn count_tokens(&self, text: String) -> u32 {

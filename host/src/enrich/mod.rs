@@ -200,10 +200,11 @@ pub fn enrich_document(
         params: stage.params.iter().map(|(k, v)| types::Param { key: k.clone(), value: v.clone() }).collect(),
     };
     let mut read_page = |n: u32| store.page(doc, n).map_err(|e| e.to_string());
+    let prompts = Arc::new(crate::generate::PromptCache::new(services.prompt_cache_bytes));
     // One step: a page's call, or the document's (page None).
     let mut step = |set: &mut EnrichSet, page: Option<u32>, made: &mut Vec<types::Artifact>, report: &mut EnrichReport| -> Result<bool, EnrichError> {
         let step_started = Instant::now();
-        let host = Arc::new(EnrichHost::new(services.clone(), doc.clone(), seed(&set.set, &doc.id, page.unwrap_or(0))));
+        let host = Arc::new(EnrichHost::new(services.clone(), doc.clone(), seed(&set.set, &doc.id, page.unwrap_or(0)), prompts.clone()));
         let out = match page {
             Some(n) => {
                 let content = page_content(&store.page(doc, n)?, PageRef { document: doc.id.clone(), page: n });
