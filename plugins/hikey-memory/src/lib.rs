@@ -2,7 +2,8 @@
 //! the artifacts `hikey-enrich` builds at ingest:
 //!
 //! - **Stage 1, routing** ([`rank::route`]): documents scored α·minmax(BM25) + (1−α)·minmax(dense)
-//!   over their Doc_cards; the top `docs` kept;
+//!   over their Doc_cards (the hierarchy field), fused by γ with their best page's hybrid score
+//!   (the body field); the top `docs` kept;
 //! - **Stage 2** ([`rank::score_units`], [`rank::rank_sections`]): units of the routed
 //!   documents scored by type (text by its own hybrid score; a table or figure by w·own +
 //!   (1−w)·its upper context's), a section scored by its best unit (its anchor), fused with
@@ -41,10 +42,8 @@ use stage_kit::{NOT_ANSWERABLE, cited_numbers, says_not_answerable, strip_marker
 /// Settings from the profile.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Weight of BM25 against dense in Stage 1 (α).
-    pub alpha: f32,
-    /// Documents routed.
-    pub docs: u32,
+    /// Stage 1: α, the documents kept, and the weight of the hierarchy field against the body.
+    pub routing: rank::Routing,
     /// Weight of BM25 in the unit searches of Stage 2.
     pub unit_alpha: f32,
     /// w: a table's or figure's own score against its upper context's.
@@ -66,8 +65,12 @@ pub struct Settings {
 /// Reads the profile's parameters.
 pub fn settings(params: &[Param]) -> Result<Settings, String> {
     let s = Settings {
-        alpha: param(params, "alpha", 0.5)?,
-        docs: param(params, "docs", 3)?,
+        routing: rank::Routing {
+            alpha: param(params, "alpha", 0.5)?,
+            docs: param(params, "docs", 3)?,
+            hierarchy: param(params, "hierarchy", 0.5)?,
+            body_pages: param(params, "body_pages", 50)?,
+        },
         unit_alpha: param(params, "unit_alpha", 0.5)?,
         visual_weight: param(params, "visual_weight", 0.5)?,
         fuse: param(params, "fuse", 0.5)?,
@@ -79,11 +82,11 @@ pub fn settings(params: &[Param]) -> Result<Settings, String> {
         temperature: param(params, "temperature", 0.0)?,
     };
     let unit = |v: f32| (0.0..=1.0).contains(&v);
-    if !(unit(s.alpha) && unit(s.unit_alpha) && unit(s.visual_weight) && unit(s.fuse)) {
-        return Err("parameters alpha, unit_alpha, visual_weight and fuse must lie in [0, 1]".into());
+    if !(unit(s.routing.alpha) && unit(s.routing.hierarchy) && unit(s.unit_alpha) && unit(s.visual_weight) && unit(s.fuse)) {
+        return Err("parameters alpha, hierarchy, unit_alpha, visual_weight and fuse must lie in [0, 1]".into());
     }
-    if s.docs == 0 || s.pool == 0 || s.limits.sections == 0 || s.limits.budget < 50 {
-        return Err("parameters docs, pool and sections must be at least 1, and budget at least 50 tokens".into());
+    if s.routing.docs == 0 || s.routing.body_pages == 0 || s.pool == 0 || s.limits.sections == 0 || s.limits.budget < 50 {
+        return Err("parameters docs, body_pages, pool and sections must be at least 1, and budget at least 50 tokens".into());
     }
     Ok(s)
 }
@@ -98,7 +101,7 @@ fn not_answerable(notes: String) -> Answer {
 
 /// Routes, ranks, packs and answers `question`.
 pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, String> {
-    let routed = rank::route(host, question, s.alpha, s.docs)?;
+    let routed = rank::route(host, question, s.routing)?;
     if routed.is_empty() {
         return Ok(not_answerable("no Doc_card matched: the documents have no hikey artifacts yet (`evident index` builds them)".into()));
     }

@@ -13,11 +13,51 @@ pub struct Routed {
     pub score: f32,
 }
 
-/// Stage 1: the `docs` documents whose Doc_cards best match `question`, scored
-/// α·minmax(BM25) + (1−α)·minmax(dense) by the host's hybrid artifact search.
-pub fn route(host: &impl Host, question: &str, alpha: f32, docs: u32) -> Result<Vec<Routed>, String> {
-    let hits = host.search_artifacts(question, "doc-card", SearchMode::Hybrid, alpha, docs, &[])?;
-    Ok(hits.into_iter().map(|h| Routed { document: h.found.document, score: h.score }).collect())
+/// How Stage 1 scores documents.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Routing {
+    /// α: BM25 against dense, in both fields.
+    pub alpha: f32,
+    /// Documents kept.
+    pub docs: u32,
+    /// γ: the hierarchy field (the Doc_card) against the body field (the document's best page).
+    pub hierarchy: f32,
+    /// Pages the body field's search returns, across the documents in scope.
+    pub body_pages: u32,
+}
+
+/// Doc_cards scored at once when the body field joins them: every document of any corpus
+/// this appliance holds.
+const ALL_CARDS: u32 = 100_000;
+
+/// Stage 1: the `docs` documents that best match `question`. The hierarchy field is the
+/// Doc_card, scored α·minmax(BM25) + (1−α)·minmax(dense) by the host's hybrid artifact search;
+/// the body field is the host's hybrid page search, a document scoring its best page (the
+/// paper's "field-separated" index of title and paths beside the body; it does not say how the
+/// fields combine, so S_doc = γ·hierarchy + (1−γ)·body). Only documents with a Doc_card are
+/// routed: the others have no tree to rank.
+pub fn route(host: &impl Host, question: &str, r: Routing) -> Result<Vec<Routed>, String> {
+    if r.hierarchy >= 1.0 {
+        let hits = host.search_artifacts(question, "doc-card", SearchMode::Hybrid, r.alpha, r.docs, &[])?;
+        return Ok(hits.into_iter().map(|h| Routed { document: h.found.document, score: h.score }).collect());
+    }
+    let mut fields: Vec<(String, f32, f32)> = host
+        .search_artifacts(question, "doc-card", SearchMode::Hybrid, r.alpha, ALL_CARDS, &[])?
+        .into_iter()
+        .map(|h| (h.found.document, h.score, 0.0))
+        .collect();
+    // One document in scope (a question asked of it) is routed whatever its fields say.
+    let pages = if fields.len() > 1 { host.search_weighted(question, r.alpha, r.body_pages, &[])? } else { Vec::new() };
+    for page in pages {
+        if let Some(f) = fields.iter_mut().find(|f| f.0 == page.page.document) {
+            f.2 = f.2.max(page.score);
+        }
+    }
+    let mut routed: Vec<Routed> =
+        fields.into_iter().map(|(document, card, body)| Routed { document, score: r.hierarchy * card + (1.0 - r.hierarchy) * body }).collect();
+    routed.sort_by(|a, b| b.score.total_cmp(&a.score));
+    routed.truncate(r.docs as usize);
+    Ok(routed)
 }
 
 /// One section of a routed document, as its card and the units it owns.

@@ -82,19 +82,51 @@ fn host(reply: fn(&GenerateRequest) -> String) -> FakeHost {
 
 const QUESTION: &str = "How did sales grow in every region?";
 
+fn card_routing(alpha: f32, docs: u32) -> rank::Routing {
+    rank::Routing { alpha, docs, hierarchy: 1.0, body_pages: 50 }
+}
+
 #[test]
 fn routing_searches_doc_cards_hybrid_with_alpha_and_keeps_the_top_docs() {
     let h = host(|_| NOT_ANSWERABLE.into());
-    let routed = rank::route(&h, QUESTION, 0.3, 1).unwrap();
+    let routed = rank::route(&h, QUESTION, card_routing(0.3, 1)).unwrap();
     assert_eq!(routed, [Routed { document: "a".into(), score: 0.25 }]);
     let asked = h.artifact_searches.borrow();
     assert_eq!((asked[0].kind.as_str(), asked[0].mode, asked[0].alpha, asked[0].k), ("doc-card", SearchMode::Hybrid, 0.3, 1));
+    assert!(h.searched.borrow().is_empty(), "the hierarchy field alone needs no page search");
+}
+
+fn candidate(doc: &str, page: u32, score: f32) -> stage_kit::v2::types::Candidate {
+    stage_kit::v2::types::Candidate { page: PageRef { document: doc.into(), page }, score, rank: 0 }
+}
+
+#[test]
+fn the_body_field_scores_a_document_by_its_best_page_and_fuses_with_its_card_by_gamma() {
+    let mut h = host(|_| NOT_ANSWERABLE.into());
+    // B's card holds none of the question's words, but its pages match best; "c" has pages
+    // and no card, so no tree: it is never routed.
+    h.search = Box::new(|_| vec![candidate("c", 1, 1.0), candidate("b", 2, 0.9), candidate("a", 1, 0.2), candidate("b", 1, 0.5), candidate("a", 3, 0.3)]);
+    let routing = rank::Routing { alpha: 0.5, docs: 2, hierarchy: 0.5, body_pages: 5 };
+    let routed = rank::route(&h, QUESTION, routing).unwrap();
+    // a: 0.5·0.25 + 0.5·0.3; b: 0.5·0 + 0.5·0.9.
+    let got: Vec<(&str, f32)> = routed.iter().map(|r| (r.document.as_str(), r.score)).collect();
+    assert!(matches!(got[..], [("b", b), ("a", a)] if (b - 0.45).abs() < 1e-6 && (a - 0.275).abs() < 1e-6), "{got:?}");
+    assert_eq!(h.searched.borrow().len(), 1);
+    let card_only = rank::route(&h, QUESTION, rank::Routing { hierarchy: 1.0, ..routing }).unwrap();
+    assert_eq!(card_only[0].document, "a");
+    let body_only = rank::route(&h, QUESTION, rank::Routing { hierarchy: 0.0, docs: 1, ..routing }).unwrap();
+    assert_eq!(body_only, [Routed { document: "b".into(), score: 0.9 }]);
+    // With one document in scope there is nothing to route: no page search.
+    h.artifacts.retain(|a| a.document == "a");
+    h.searched.borrow_mut().clear();
+    assert_eq!(rank::route(&h, QUESTION, routing).unwrap().len(), 1);
+    assert!(h.searched.borrow().is_empty());
 }
 
 #[test]
 fn stage_two_searches_only_the_routed_documents() {
     let h = host(|_| NOT_ANSWERABLE.into());
-    let s = Settings { docs: 1, ..settings(&[]).unwrap() };
+    let s = Settings { routing: card_routing(0.5, 1), ..settings(&[]).unwrap() };
     answer(&h, &s, QUESTION).unwrap();
     let asked = h.artifact_searches.borrow();
     let kinds: Vec<(&str, Vec<String>)> = asked.iter().map(|a| (a.kind.as_str(), a.documents.clone())).collect();
@@ -249,13 +281,13 @@ fn no_doc_card_answers_not_answerable_without_a_model_call() {
 #[test]
 fn after_the_section_anchors_the_best_units_pages_fill_the_page_order() {
     let h = host(|_| NOT_ANSWERABLE.into());
-    let s = Settings { docs: 1, rank_sections: 1, rank_pages: 3, ..settings(&[]).unwrap() };
+    let s = Settings { routing: card_routing(0.5, 1), rank_sections: 1, rank_pages: 3, ..settings(&[]).unwrap() };
     answer(&h, &s, QUESTION).unwrap();
     let read: Vec<u32> = h.pages_read.borrow().iter().map(|p| p.page).collect();
     // sec1's anchor (page 1); then the table (page 2: its context holds three of the words) and
     // the costs text (page 3), best units first; no page twice.
     assert_eq!(read, [1, 2, 3]);
     let h = host(|_| NOT_ANSWERABLE.into());
-    answer(&h, &Settings { docs: 1, rank_sections: 1, rank_pages: 1, ..settings(&[]).unwrap() }, QUESTION).unwrap();
+    answer(&h, &Settings { routing: card_routing(0.5, 1), rank_sections: 1, rank_pages: 1, ..settings(&[]).unwrap() }, QUESTION).unwrap();
     assert_eq!(h.pages_read.borrow()[0].page, 1);
 }
