@@ -13,16 +13,7 @@
 //! formulas); the section ranges and paths, the summary prompt and the extractive fallback are
 //! this appliance's. The answer stage (`docmemo-memory`) reads them back.
 
-wit_bindgen::generate!({
-    world: "enrich-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("enrich-stage");
 
 use stage_kit::v2::types::{Anchor, OutlineEntry, Param};
 use stage_kit::v2::{Host, Wasm, page_artifact, param, text_request};

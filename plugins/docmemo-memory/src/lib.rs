@@ -20,18 +20,7 @@
 //! formula, the fusion with retrieval and the prompts are this appliance's (the paper's text
 //! gives S, λ, r and γ, not how they combine).
 
-wit_bindgen::generate!({
-    world: "memory-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("memory-stage");
 
 pub mod belief;
 pub mod explore;

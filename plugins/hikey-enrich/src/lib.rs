@@ -17,16 +17,7 @@
 //! parser (M3DocDep) builds the tree; the outline and heading fonts do, so a PDF without
 //! bookmarks or distinct heading sizes gets one section. The answer stage is `hikey-memory`.
 
-wit_bindgen::generate!({
-    world: "enrich-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("enrich-stage");
 
 pub mod tree;
 pub mod units;

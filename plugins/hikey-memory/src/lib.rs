@@ -19,24 +19,13 @@
 //! the paper's smallest point (2K tokens) for the embedded 1.5B generator, not its 16K; the
 //! reader's prompt is this appliance's (the paper's appendix is not in the seed).
 
-wit_bindgen::generate!({
-    world: "memory-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("memory-stage");
 
 pub mod pack;
 pub mod rank;
 
 use stage_kit::v2::types::{Citation, LogLevel, Param};
-use stage_kit::v2::{Host, Wasm, param, text_request};
+use stage_kit::v2::{Host, Wasm, cite, param, text_request};
 use stage_kit::{NOT_ANSWERABLE, cited_numbers, says_not_answerable, strip_markers, supporting_texts};
 
 /// Settings from the profile.
@@ -187,12 +176,7 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
     let mut citations: Vec<Citation> = Vec::new();
     for n in cited {
         let u = order[n - 1];
-        let page = pack::page_of(&tree, u);
-        let blocks = tree.units[u].1.anchor.blocks.clone();
-        match citations.iter_mut().find(|c| c.page == page) {
-            Some(c) => c.blocks.extend(blocks),
-            None => citations.push(Citation { page, blocks, quote: String::new() }),
-        }
+        cite(&mut citations, pack::page_of(&tree, u), &tree.units[u].1.anchor.blocks);
     }
     Ok(Answer { text, answerable: true, citations, notes: format!("packed {} units, {} tokens", order.len(), packed.tokens) })
 }

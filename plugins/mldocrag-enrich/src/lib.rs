@@ -19,16 +19,7 @@
 //! figure's caption and text, not its pixels, unless it takes images; chunks stay within a page;
 //! no CLIP noise filter (an empty, small, captionless region is dropped instead).
 
-wit_bindgen::generate!({
-    world: "enrich-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("enrich-stage");
 
 pub mod chunk;
 pub mod mdoc2query;

@@ -17,23 +17,12 @@
 //! the answer reads chunk text (captions and cell text for figures and tables) unless the
 //! generator takes images.
 
-wit_bindgen::generate!({
-    world: "memory-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("memory-stage");
 
 pub mod graph;
 
 use stage_kit::v2::types::{Citation, LogLevel, PageRef, Param, StoredArtifact};
-use stage_kit::v2::{Host, Wasm, field, param, text_request};
+use stage_kit::v2::{Host, Wasm, cite, field, param, text_request};
 use stage_kit::{NOT_ANSWERABLE, cited_numbers, strip_markers, supporting_texts};
 
 /// Settings from the profile.
@@ -171,16 +160,9 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
     let mut citations: Vec<Citation> = Vec::new();
     for n in cited {
         let c = context[n - 1];
-        let Some(page) = page_of(c) else { continue };
-        let blocks = c.artifact.anchor.blocks.clone();
-        match citations.iter_mut().find(|x| x.page == page) {
-            Some(x) => x.blocks.extend(blocks),
-            None => citations.push(Citation { page, blocks, quote: String::new() }),
+        if let Some(page) = page_of(c) {
+            cite(&mut citations, page, &c.artifact.anchor.blocks);
         }
-    }
-    for c in &mut citations {
-        c.blocks.sort_unstable();
-        c.blocks.dedup();
     }
     Ok(Answer { text, answerable: true, citations, notes: format!("{} query nodes, {} chunks read", nodes.len(), context.len()) })
 }

@@ -26,18 +26,7 @@
 //! model copied the prompt's examples and judged every question hard); the prompts are this
 //! appliance's (the paper's are not in its text).
 
-wit_bindgen::generate!({
-    world: "memory-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("memory-stage");
 
 use stage_kit::v2::types::{Citation, LogLevel, PageContent, PageRef, Region};
 use stage_kit::v2::{Host, Wasm, param, text_request};

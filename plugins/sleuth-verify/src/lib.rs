@@ -14,16 +14,7 @@
 //! prompt and writes no reason: asked to generate, Qwen2.5-Coder-1.5B labelled five of five
 //! pages CR and gave the label's definition as its reason.
 
-wit_bindgen::generate!({
-    world: "verify-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("verify-stage");
 
 use stage_kit::v2::types::{LogLevel, PageContent, PageRef, Region};
 use stage_kit::v2::{Host, Wasm, param, text_request};

@@ -8,6 +8,35 @@
 
 wit_bindgen::generate!({ world: "host-imports", path: "../../wit/since_v0.1.0", pub_export_macro: true, additional_derives: [PartialEq] });
 
+/// The bindings of one contract 0.2.0 world (`"memory-stage"`, `"enrich-stage"`, ...) for a
+/// stage crate, its interfaces those of [`v2`]: `stage_kit::v2_world!("memory-stage");` in place
+/// of a `wit_bindgen::generate!` with its `with` map.
+#[macro_export]
+macro_rules! v2_world {
+    ($world:literal, { $($with:tt)* }) => {
+        wit_bindgen::generate!({
+            world: $world,
+            path: "../../wit/since_v0.2.0",
+            with: {
+                "evident:pipeline/types@0.2.0": stage_kit::v2::types,
+                "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
+                "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
+                "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
+                $($with)*
+            },
+        });
+    };
+    ("memory-stage") => {
+        $crate::v2_world!("memory-stage", {
+            "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
+            "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
+        });
+    };
+    ($world:literal) => {
+        $crate::v2_world!($world, {});
+    };
+}
+
 /// Contract 0.2.0: `types` and the capability interfaces (`pages`, `retrieval`, `generation`,
 /// `artifacts`, `runtime`) for a stage crate's `with`.
 pub mod v2 {
@@ -138,6 +167,22 @@ pub mod v2 {
             None => Ok(default),
             Some(p) => p.value.trim().parse().map_err(|_| format!("parameter {key} = {:?} is not valid", p.value)),
         }
+    }
+
+    /// Adds `blocks` of `page` to `citations`: one citation per page, its blocks ascending and
+    /// each once.
+    pub fn cite(citations: &mut Vec<types::Citation>, page: PageRef, blocks: &[u32]) {
+        let at = match citations.iter().position(|c| c.page == page) {
+            Some(at) => at,
+            None => {
+                citations.push(types::Citation { page, blocks: Vec::new(), quote: String::new() });
+                citations.len() - 1
+            }
+        };
+        let c = &mut citations[at];
+        c.blocks.extend_from_slice(blocks);
+        c.blocks.sort_unstable();
+        c.blocks.dedup();
     }
 
     /// An artifact anchored on blocks of one page, with no fields or links.
@@ -448,5 +493,17 @@ mod tests {
         assert_eq!(super::v2::uniform(&Fixed(0)), 0.0);
         let top = super::v2::uniform(&Fixed(u64::MAX));
         assert!(top < 1.0 && top > 0.999_999, "{top}");
+    }
+
+    #[test]
+    fn citations_merge_per_page_with_sorted_unique_blocks() {
+        use super::v2::types::PageRef as P;
+        let page = |n| P { document: "d".into(), page: n };
+        let mut c = Vec::new();
+        super::v2::cite(&mut c, page(3), &[5, 1]);
+        super::v2::cite(&mut c, page(1), &[]);
+        super::v2::cite(&mut c, page(3), &[1, 2]);
+        let got: Vec<(u32, Vec<u32>)> = c.iter().map(|x| (x.page.page, x.blocks.clone())).collect();
+        assert_eq!(got, [(3, vec![1, 2, 5]), (1, vec![])]);
     }
 }

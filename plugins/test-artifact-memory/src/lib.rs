@@ -8,18 +8,7 @@
 //! with the best artifact's three nearest neighbours, each as `key kind score similarity`
 //! (the neighbour's score, and the host's similarity of the two texts), one per line.
 
-wit_bindgen::generate!({
-    world: "memory-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/retrieval@0.2.0": stage_kit::v2::retrieval,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/artifacts@0.2.0": stage_kit::v2::artifacts,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("memory-stage");
 
 use stage_kit::v2::types::{Citation, Crop, GenerateRequest, PageRef, SearchMode};
 use stage_kit::v2::{artifacts, generation, param, retrieval};

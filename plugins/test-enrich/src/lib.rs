@@ -8,16 +8,7 @@
 //! artifact on a page that does not exist, `bad-link` links to a key nobody made,
 //! `duplicate-key` makes the same key twice.
 
-wit_bindgen::generate!({
-    world: "enrich-stage",
-    path: "../../wit/since_v0.2.0",
-    with: {
-        "evident:pipeline/types@0.2.0": stage_kit::v2::types,
-        "evident:pipeline/pages@0.2.0": stage_kit::v2::pages,
-        "evident:pipeline/generation@0.2.0": stage_kit::v2::generation,
-        "evident:pipeline/runtime@0.2.0": stage_kit::v2::runtime,
-    },
-});
+stage_kit::v2_world!("enrich-stage");
 
 use stage_kit::v2::types::{Anchor, Param};
 use stage_kit::v2::{page_artifact, param};
