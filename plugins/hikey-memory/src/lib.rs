@@ -57,7 +57,7 @@ pub fn settings(params: &[Param]) -> Result<Settings, String> {
         routing: rank::Routing {
             alpha: param(params, "alpha", 0.5)?,
             docs: param(params, "docs", 3)?,
-            hierarchy: param(params, "hierarchy", 0.5)?,
+            hierarchy: param(params, "hierarchy", 0.2)?,
             body_pages: param(params, "body_pages", 50)?,
         },
         unit_alpha: param(params, "unit_alpha", 0.5)?,
