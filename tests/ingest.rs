@@ -312,6 +312,10 @@ fn a_killed_ingest_leaves_no_trace_of_its_document() {
     // And the same file ingests cleanly afterwards.
     let out = app.ingest(&[&big], &["--no-images", "--no-index"]);
     assert!(out.contains("1 added (392 pages)"), "{out}");
+    // Its metadata title is an SEC accession number, "0000064803-19-000013": the file's name
+    // stands in for it.
+    let docs = app.docs();
+    assert!(docs.iter().any(|d| d["title"] == "CVSHEALTH_2018_10K"), "{docs:?}");
 }
 
 #[test]

@@ -154,9 +154,11 @@ impl OpenPdf<'_> {
         u32::try_from(self.doc.pages().len()).unwrap_or(0)
     }
 
-    /// The title from the PDF's metadata, when it has a non-empty one.
+    /// The title from the PDF's metadata, when it has one with a letter in it: a filing's
+    /// metadata often holds its SEC accession number ("0000064803-19-000013"), which names
+    /// nothing a reader or a question would (the caller falls back to the file's name).
     pub fn title(&self) -> Option<String> {
-        self.doc.metadata().get(PdfDocumentMetadataTagType::Title).map(|t| t.value().trim().to_string()).filter(|t| !t.is_empty())
+        self.doc.metadata().get(PdfDocumentMetadataTagType::Title).map(|t| t.value().trim().to_string()).filter(|t| t.chars().any(char::is_alphabetic))
     }
 
     /// The bookmarks, flattened depth-first with their levels.
