@@ -8,21 +8,49 @@ wit_bindgen::generate!({
 });
 
 use stage_kit::types::{Citation, GenerateRequest, PageRef};
-use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages};
+use stage_kit::{
+    HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages,
+};
 
 /// The instruction every answer prompt starts from.
 pub const SYSTEM: &str = "You answer questions about documents using only the pages given. Answer briefly. \
 If the pages do not contain the answer, reply exactly NOT_ANSWERABLE.";
+
+/// Which part of a page longer than `page_tokens` the prompt reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Excerpt {
+    /// The page from the top.
+    First,
+    /// The lines that share the question's words first ([`focused_excerpt`]).
+    Focused,
+}
+
+impl std::str::FromStr for Excerpt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "first" => Ok(Excerpt::First),
+            "focused" => Ok(Excerpt::Focused),
+            other => Err(format!("excerpt must be \"first\" or \"focused\", not {other:?}")),
+        }
+    }
+}
 
 /// Answers `ctx.question` from the first `top_k` pages of the root question's evidence.
 pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvidence]) -> Result<Answer, String> {
     let top_k: usize = param(ctx, "top_k", 5)?;
     let page_tokens: u32 = param(ctx, "page_tokens", 800)?;
     let max_tokens: u32 = param(ctx, "max_tokens", 96)?;
+    let excerpt: Excerpt = param(ctx, "excerpt", Excerpt::First)?;
     let root = evidence.iter().find(|e| e.is_root).ok_or("the memory stage got no evidence for the question")?;
     let mut pages: Vec<(PageRef, String)> = Vec::new();
     for c in root.evidence.iter().take(top_k) {
-        pages.push((c.page.clone(), page_excerpt(&host.page(&c.page)?, page_tokens)));
+        let content = host.page(&c.page)?;
+        let text = match excerpt {
+            Excerpt::First => page_excerpt(&content, page_tokens),
+            Excerpt::Focused => focused_excerpt(&content.text, &ctx.question, page_tokens),
+        };
+        pages.push((c.page.clone(), text));
     }
     if pages.is_empty() {
         return Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: "no pages were retrieved".into() });
@@ -58,7 +86,7 @@ export!(Baseline);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stage_kit::types::{Candidate, Generation, LogLevel, PageContent, SearchMode};
+    use stage_kit::types::{Candidate, Generation, LogLevel, PageContent, Param, SearchMode};
     use std::cell::RefCell;
 
     /// A host whose pages say their own number and whose model replies with a fixed text.
@@ -107,6 +135,38 @@ mod tests {
         assert_eq!(answer.citations[0].page.page, 9);
         let prompt = &host.prompts.borrow()[0];
         assert!(prompt.contains("This is page 3.") && !prompt.contains("This is page 5."), "only the top 5 pages are read");
+    }
+
+    #[test]
+    fn a_focused_excerpt_reads_the_lines_the_question_asks_about() {
+        struct LongPages;
+        impl HostApi for LongPages {
+            fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
+                Ok(Generation { text: request.prompt.clone(), prompt_tokens: 10, completion_tokens: 5, finished: true })
+            }
+            fn score_choices(&self, _: &str, _: &str, _: &[String]) -> Result<Vec<f32>, String> {
+                Err("unused".into())
+            }
+            fn search(&self, _: &str, _: SearchMode, _: u32, _: &[String]) -> Result<Vec<Candidate>, String> {
+                Err("unused".into())
+            }
+            fn page(&self, page: &PageRef) -> Result<PageContent, String> {
+                let text = format!("A cover sheet with a long preamble.\n\nThe dividend declared was {} cents.", page.page);
+                Ok(PageContent { page: page.clone(), width: 600.0, height: 800.0, text, blocks: vec![] })
+            }
+            fn count_tokens(&self, text: &str) -> u32 {
+                text.len() as u32 / 4
+            }
+            fn log(&self, _: LogLevel, _: &str) {}
+        }
+        let params = |excerpt: &str| vec![Param { key: "page_tokens".into(), value: "9".into() }, Param { key: "excerpt".into(), value: excerpt.into() }];
+        let ctx = |excerpt: &str| StageContext { question: "What dividend was declared?".into(), documents: vec![], params: params(excerpt) };
+        // The model echoes its prompt, so the answer shows what was read.
+        let focused = answer_once(&LongPages, &ctx("focused"), &evidence(&[4])).expect("answers");
+        assert!(focused.text.contains("The dividend declared was 4 cents."), "{}", focused.text);
+        let first = answer_once(&LongPages, &ctx("first"), &evidence(&[4])).expect("answers");
+        assert!(first.text.contains("A cover sheet") && !first.text.contains("4 cents"), "{}", first.text);
+        assert!(answer_once(&LongPages, &ctx("middle"), &evidence(&[4])).is_err(), "an unknown excerpt is refused");
     }
 
     #[test]

@@ -198,8 +198,11 @@ pub mod v2 {
     }
 }
 
+pub mod excerpt;
 #[cfg(feature = "fake")]
 pub mod fake;
+
+pub use excerpt::focused_excerpt;
 
 pub use evident::pipeline::{host, types};
 use types::{Candidate, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Param, SearchMode, StageContext};
