@@ -89,10 +89,16 @@ mod tests {
     use stage_kit::types::{Candidate, Generation, LogLevel, PageContent, Param, SearchMode};
     use std::cell::RefCell;
 
-    /// A host whose pages say their own number and whose model replies with a fixed text.
+    /// A host whose pages say their own number and whose model replies with a fixed text; with
+    /// `long_pages`, each page has a preamble before the line that says its number.
     struct FakeHost {
         reply: String,
         prompts: RefCell<Vec<String>>,
+        long_pages: bool,
+    }
+
+    fn fake(reply: &str) -> FakeHost {
+        FakeHost { reply: reply.into(), prompts: RefCell::new(vec![]), long_pages: false }
     }
 
     impl HostApi for FakeHost {
@@ -107,7 +113,12 @@ mod tests {
             Err("unused".into())
         }
         fn page(&self, page: &PageRef) -> Result<PageContent, String> {
-            Ok(PageContent { page: page.clone(), width: 600.0, height: 800.0, text: format!("This is page {}.", page.page), blocks: vec![] })
+            let text = if self.long_pages {
+                format!("A cover sheet with a long preamble.\n\nThe dividend declared was {} cents.", page.page)
+            } else {
+                format!("This is page {}.", page.page)
+            };
+            Ok(PageContent { page: page.clone(), width: 600.0, height: 800.0, text, blocks: vec![] })
         }
         fn count_tokens(&self, text: &str) -> u32 {
             text.len() as u32 / 4
@@ -127,7 +138,7 @@ mod tests {
 
     #[test]
     fn answers_from_the_top_pages_and_cites_what_the_model_cites() {
-        let host = FakeHost { reply: "It is page nine [2].".into(), prompts: RefCell::new(vec![]) };
+        let host = fake("It is page nine [2].");
         let answer = answer_once(&host, &ctx(), &evidence(&[4, 9, 1, 2, 3, 5, 6])).expect("answers");
         assert_eq!(answer.text, "It is page nine.");
         assert!(answer.answerable);
@@ -139,46 +150,31 @@ mod tests {
 
     #[test]
     fn a_focused_excerpt_reads_the_lines_the_question_asks_about() {
-        struct LongPages;
-        impl HostApi for LongPages {
-            fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
-                Ok(Generation { text: request.prompt.clone(), prompt_tokens: 10, completion_tokens: 5, finished: true })
-            }
-            fn score_choices(&self, _: &str, _: &str, _: &[String]) -> Result<Vec<f32>, String> {
-                Err("unused".into())
-            }
-            fn search(&self, _: &str, _: SearchMode, _: u32, _: &[String]) -> Result<Vec<Candidate>, String> {
-                Err("unused".into())
-            }
-            fn page(&self, page: &PageRef) -> Result<PageContent, String> {
-                let text = format!("A cover sheet with a long preamble.\n\nThe dividend declared was {} cents.", page.page);
-                Ok(PageContent { page: page.clone(), width: 600.0, height: 800.0, text, blocks: vec![] })
-            }
-            fn count_tokens(&self, text: &str) -> u32 {
-                text.len() as u32 / 4
-            }
-            fn log(&self, _: LogLevel, _: &str) {}
-        }
-        let params = |excerpt: &str| vec![Param { key: "page_tokens".into(), value: "9".into() }, Param { key: "excerpt".into(), value: excerpt.into() }];
-        let ctx = |excerpt: &str| StageContext { question: "What dividend was declared?".into(), documents: vec![], params: params(excerpt) };
-        // The model echoes its prompt, so the answer shows what was read.
-        let focused = answer_once(&LongPages, &ctx("focused"), &evidence(&[4])).expect("answers");
-        assert!(focused.text.contains("The dividend declared was 4 cents."), "{}", focused.text);
-        let first = answer_once(&LongPages, &ctx("first"), &evidence(&[4])).expect("answers");
-        assert!(first.text.contains("A cover sheet") && !first.text.contains("4 cents"), "{}", first.text);
-        assert!(answer_once(&LongPages, &ctx("middle"), &evidence(&[4])).is_err(), "an unknown excerpt is refused");
+        let host = FakeHost { long_pages: true, ..fake("reply") };
+        let ctx = |excerpt: &str| StageContext {
+            question: "What dividend was declared?".into(),
+            documents: vec![],
+            params: vec![Param { key: "page_tokens".into(), value: "9".into() }, Param { key: "excerpt".into(), value: excerpt.into() }],
+        };
+        answer_once(&host, &ctx("focused"), &evidence(&[4])).expect("answers");
+        answer_once(&host, &ctx("first"), &evidence(&[4])).expect("answers");
+        let prompts = host.prompts.borrow();
+        assert!(prompts[0].contains("The dividend declared was 4 cents.") && !prompts[0].contains("preamble"), "{}", prompts[0]);
+        assert!(prompts[1].contains("A cover sheet") && !prompts[1].contains("4 cents"), "{}", prompts[1]);
+        drop(prompts);
+        assert!(answer_once(&host, &ctx("middle"), &evidence(&[4])).is_err(), "an unknown excerpt is refused");
     }
 
     #[test]
     fn not_answerable_and_uncited_replies() {
-        let host = FakeHost { reply: "NOT_ANSWERABLE".into(), prompts: RefCell::new(vec![]) };
+        let host = fake("NOT_ANSWERABLE");
         let answer = answer_once(&host, &ctx(), &evidence(&[4, 9])).expect("answers");
         assert!(!answer.answerable && answer.citations.is_empty());
-        let host = FakeHost { reply: "Page four.".into(), prompts: RefCell::new(vec![]) };
+        let host = fake("Page four.");
         let answer = answer_once(&host, &ctx(), &evidence(&[4, 9])).expect("answers");
         assert!(answer.answerable && answer.citations.is_empty(), "an uncited answer that no page holds cites nothing");
         assert!(answer.notes.contains("cites no page"), "{}", answer.notes);
-        let host = FakeHost { reply: "It says 9.".into(), prompts: RefCell::new(vec![]) };
+        let host = fake("It says 9.");
         let answer = answer_once(&host, &ctx(), &evidence(&[4, 9])).expect("answers");
         assert_eq!(answer.citations.iter().map(|c| c.page.page).collect::<Vec<_>>(), [9], "the page that holds the answer's figure");
         let none = answer_once(&host, &ctx(), &evidence(&[])).expect("answers");
