@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use burn::prelude::*;
 use burn_store::{BurnpackStore, ModuleSnapshot};
 use image::RgbImage;
+use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::error::{Classified, ErrorKind};
@@ -177,21 +178,30 @@ impl OcrEngine {
         prob.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| OcrError::Compute(format!("{e:?}")))
     }
 
-    /// Each crop's text, in batches of lines of similar width as PaddleOCR runs them.
+    /// Each crop's text, in batches of lines of similar width as PaddleOCR runs them. The
+    /// batches run side by side: burn's CPU passes leave a core idle much of the time, and
+    /// each batch's lines are the same whichever runs first, so the text is too.
     pub fn recognise(&self, crops: &[RgbImage]) -> Result<Vec<DecodedLine>, OcrError> {
         let widths: Vec<u32> = crops.iter().map(|c| scaled_width(c.width(), c.height())).collect();
         let mut order: Vec<usize> = (0..crops.len()).collect();
         order.sort_by_key(|&i| widths[i]);
+        let batches: Vec<&[usize]> = order.chunks(LINES_PER_BATCH).collect();
+        let decoded = batches
+            .par_iter()
+            .map(|batch| {
+                let width = batch_width(&batch.iter().map(|&i| widths[i]).collect::<Vec<_>>());
+                let slot = (3 * LINE_HEIGHT * width) as usize;
+                let mut input = vec![0.0f32; slot * batch.len()];
+                for (k, &i) in batch.iter().enumerate() {
+                    write_line_input(&crops[i], widths[i], width, &mut input[k * slot..(k + 1) * slot]);
+                }
+                self.recognise_input(input, batch.len(), width as usize)
+            })
+            .collect::<Result<Vec<_>, OcrError>>()?;
         let mut out = vec![DecodedLine::default(); crops.len()];
-        for batch in order.chunks(LINES_PER_BATCH) {
-            let width = batch_width(&batch.iter().map(|&i| widths[i]).collect::<Vec<_>>());
-            let slot = (3 * LINE_HEIGHT * width) as usize;
-            let mut input = vec![0.0f32; slot * batch.len()];
-            for (k, &i) in batch.iter().enumerate() {
-                write_line_input(&crops[i], widths[i], width, &mut input[k * slot..(k + 1) * slot]);
-            }
-            for (k, line) in self.recognise_input(input, batch.len(), width as usize)?.into_iter().enumerate() {
-                out[batch[k]] = line;
+        for (batch, lines) in batches.iter().zip(decoded) {
+            for (&i, line) in batch.iter().zip(lines) {
+                out[i] = line;
             }
         }
         Ok(out)
