@@ -12,7 +12,7 @@ mod worker;
 
 pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page, reading_order};
-pub use ocr_pages::{ENGINE as OCR_ENGINE, MAX_DPI as OCR_MAX_DPI, OcrSettings, PageOcrError, areas_to_read, read_page_text, read_page_text_or_keep};
+pub use ocr_pages::{ENGINE as OCR_ENGINE, MAX_DPI as OCR_MAX_DPI, OcrQueue, OcrSettings, PageOcrError, areas_to_read, read_page_text};
 pub use ocr_text::{OcrText, ocr_text};
 pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};
 pub use progress::IngestProgress;
@@ -115,18 +115,21 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
     let mut ocr: Vec<Option<PageOcr>> = Vec::with_capacity(page_count as usize);
     let mut damage = DamageRecord { truncated: pdf.truncated(), lost_pages: Vec::new() };
     let mut first_loss = None;
+    let mut queue = options.ocr.as_ref().map(|settings| OcrQueue::new(settings, path));
     for number in 1..=page_count {
         // Best effort, as PDF readers do: a page PDFium cannot read, or one that passes its
         // deadline or crashes PDFium, is kept empty and named as lost; after a deadline or a
         // crash a fresh worker goes on with the next page, within the document's deadline.
         let lost = match pdf.read_page(number, options.image_max_px) {
-            Ok(mut page) => {
-                let page_ocr = options.ocr.as_ref().and_then(|settings| read_page_text_or_keep(&mut pdf, &mut page, settings, path));
-                if page_ocr.is_some() {
-                    progress.page_ocr_done();
+            Ok(page) => {
+                if let Some(queue) = queue.as_mut() {
+                    queue.render(&mut pdf, pages.len(), &page);
                 }
-                ocr.push(page_ocr);
+                ocr.push(None);
                 pages.push(page);
+                if let Some(queue) = queue.as_mut().filter(|q| q.is_full()) {
+                    (0..queue.read(&mut pdf, &mut pages, &mut ocr)).for_each(|_| progress.page_ocr_done());
+                }
                 None
             }
             Err(e @ (PdfError::Page { .. } | PdfError::Render { .. })) => Some(e),
@@ -151,6 +154,9 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         }
         debug!(path = %path.display(), "page {number}/{page_count} read");
         progress.page_done();
+    }
+    if let Some(queue) = queue.as_mut() {
+        (0..queue.read(&mut pdf, &mut pages, &mut ocr)).for_each(|_| progress.page_ocr_done());
     }
     if damage.lost_pages.len() == page_count as usize {
         // Nothing to keep: say why, in the words of the first loss when there was one page.
@@ -214,15 +220,20 @@ pub fn ocr_stored_document(
     let pdf_err = |source| IngestError::Pdf { path: path.clone(), source };
     let mut pdf = worker.open(&bytes, None).map_err(pdf_err)?;
     progress.start_document(&path, wanted.len() as u32);
-    let mut read_pages = Vec::new();
+    let (mut reads, mut ocr) = (Vec::new(), Vec::new());
+    let mut queue = OcrQueue::new(settings, &path);
     for number in wanted {
-        let mut read = pdf.read_page(number, None).map_err(pdf_err)?;
-        if let Some(ocr) = read_page_text_or_keep(&mut pdf, &mut read, settings, &path) {
-            read_pages.push((read.page, ocr));
-            progress.page_ocr_done();
+        let read = pdf.read_page(number, None).map_err(pdf_err)?;
+        queue.render(&mut pdf, reads.len(), &read);
+        reads.push(read);
+        ocr.push(None);
+        if queue.is_full() {
+            (0..queue.read(&mut pdf, &mut reads, &mut ocr)).for_each(|_| progress.page_ocr_done());
         }
         progress.page_done();
     }
+    (0..queue.read(&mut pdf, &mut reads, &mut ocr)).for_each(|_| progress.page_ocr_done());
+    let read_pages: Vec<(PageRecord, PageOcr)> = reads.into_iter().zip(ocr).filter_map(|(read, ocr)| Some((read.page, ocr?))).collect();
     // Nothing read leaves the document (and its indexes) as they were.
     if !read_pages.is_empty() {
         store.put_ocr_pages(doc, &read_pages).map_err(store_err)?;

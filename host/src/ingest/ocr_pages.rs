@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use image::RgbImage;
+use rayon::prelude::*;
 use tracing::warn;
 
 use super::layout::reading_order;
@@ -13,7 +15,7 @@ use super::ocr_text::ocr_text;
 use super::pdf::{PageRead, PdfError};
 use super::worker::WorkerDocument;
 use crate::config::{ApplianceConfig, OcrMode};
-use crate::ocr::{OcrEngine, OcrError};
+use crate::ocr::{OcrEngine, OcrError, OcrLine};
 use crate::store::{Block, BoundingBox, PageOcr, RegionKind};
 
 /// The engine's name as page records give it.
@@ -79,24 +81,36 @@ pub fn areas_to_read(read: &PageRead, mode: OcrMode) -> Vec<BoundingBox> {
     }
 }
 
-/// Reads the areas `settings` asks for on one page and adds their words to its blocks, in
-/// reading order with the text layer's. None when there was nothing to read.
-pub fn read_page_text(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &OcrSettings) -> Result<Option<PageOcr>, PageOcrError> {
-    let areas = areas_to_read(read, settings.mode);
-    if areas.is_empty() {
-        return Ok(None);
-    }
+/// One area of a page rendered for OCR, and the image's pixels per point.
+pub struct RenderedArea {
+    pub area: BoundingBox,
+    pub image: RgbImage,
+    pub scale: f32,
+}
+
+/// Renders the areas `settings` asks for on one page (none when there is nothing to read).
+pub fn render_areas(pdf: &mut WorkerDocument, read: &PageRead, settings: &OcrSettings) -> Result<Vec<RenderedArea>, PageOcrError> {
+    areas_to_read(read, settings.mode)
+        .into_iter()
+        .map(|area| {
+            let png = pdf.render_crop(read.page.number, area, MAX_DPI, settings.max_px)?;
+            let image = image::load_from_memory(&png).map_err(|e| PageOcrError::Image(e.to_string()))?.to_rgb8();
+            let scale = image.width() as f32 / area.width().max(1.0);
+            Ok(RenderedArea { area, image, scale })
+        })
+        .collect()
+}
+
+/// Adds the lines OCR read in each rendered area to the page's blocks, in reading order with
+/// the text layer's, and says which blocks are OCR's.
+pub fn add_ocr_lines(read: &mut PageRead, areas: &[RenderedArea], lines: &[Vec<OcrLine>]) -> PageOcr {
     let skip: Vec<BoundingBox> = read.page.blocks.iter().flat_map(|b| &b.lines).flat_map(|l| &l.words).map(|w| w.bbox).collect();
     // Each OCR'd block with its words' confidences, found again after reading order mixes
     // them with the text layer's blocks (by box and text, which OCR never repeats).
     let mut read_blocks: HashMap<(String, [u32; 4]), Vec<f32>> = HashMap::new();
     let mut blocks = std::mem::take(&mut read.page.blocks);
-    for area in areas {
-        let png = pdf.render_crop(read.page.number, area, MAX_DPI, settings.max_px)?;
-        let image = image::load_from_memory(&png).map_err(|e| PageOcrError::Image(e.to_string()))?.to_rgb8();
-        let scale = image.width() as f32 / area.width().max(1.0);
-        let lines = settings.engine.read(&image)?;
-        let text = ocr_text(&lines, &area, scale, &skip);
+    for (rendered, lines) in areas.iter().zip(lines) {
+        let text = ocr_text(lines, &rendered.area, rendered.scale, &skip);
         let mut confidence = text.word_confidence.into_iter();
         for block in text.blocks {
             let words = block.lines.iter().map(|l| l.words.len()).sum();
@@ -112,19 +126,77 @@ pub fn read_page_text(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &
             ocr.word_confidence.extend(confidence);
         }
     }
-    Ok(Some(ocr))
+    ocr
 }
 
-/// [`read_page_text`] for a page being read from `path`: the time OCR takes is left out of
+/// Reads the areas `settings` asks for on one page and adds their words to its blocks, in
+/// reading order with the text layer's. None when there was nothing to read.
+pub fn read_page_text(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &OcrSettings) -> Result<Option<PageOcr>, PageOcrError> {
+    let areas = render_areas(pdf, read, settings)?;
+    if areas.is_empty() {
+        return Ok(None);
+    }
+    let lines = areas.iter().map(|a| settings.engine.read(&a.image)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(add_ocr_lines(read, &areas, &lines)))
+}
+
+/// How many pages OCR reads side by side. Burn's CPU passes keep about 1.3 of two cores busy
+/// on one page (its element-wise passes run on one thread), so a second page fills the gaps.
+pub const PAGES_AT_ONCE: usize = 2;
+
+/// Pages of one document rendered for OCR and waiting to be read, [`PAGES_AT_ONCE`] at a time.
+/// Pages are named by their index in the caller's lists; the time spent here is left out of
 /// PDFium's deadline, and a page OCR cannot read keeps what its text layer has (and a warning).
-pub fn read_page_text_or_keep(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &OcrSettings, path: &Path) -> Option<PageOcr> {
-    let started = Instant::now();
-    let ocr = read_page_text(pdf, read, settings);
-    pdf.exclude_from_deadline(started.elapsed());
-    ocr.unwrap_or_else(|e| {
-        warn!(path = %path.display(), "page {} was not read by OCR: {e}", read.page.number);
-        None
-    })
+pub struct OcrQueue<'a> {
+    settings: &'a OcrSettings,
+    path: &'a Path,
+    pending: Vec<(usize, Vec<RenderedArea>)>,
+}
+
+impl<'a> OcrQueue<'a> {
+    /// An empty queue for the document at `path`.
+    pub fn new(settings: &'a OcrSettings, path: &'a Path) -> OcrQueue<'a> {
+        OcrQueue { settings, path, pending: Vec::new() }
+    }
+
+    /// Renders what OCR is to read of page `index` (nothing when it needs no OCR) and queues it.
+    pub fn render(&mut self, pdf: &mut WorkerDocument, index: usize, read: &PageRead) {
+        let started = Instant::now();
+        match render_areas(pdf, read, self.settings) {
+            Ok(areas) if areas.is_empty() => {}
+            Ok(areas) => self.pending.push((index, areas)),
+            Err(e) => warn!(path = %self.path.display(), "page {} was not read by OCR: {e}", read.page.number),
+        }
+        pdf.exclude_from_deadline(started.elapsed());
+    }
+
+    /// Whether enough pages wait to read them side by side.
+    pub fn is_full(&self) -> bool {
+        self.pending.len() >= PAGES_AT_ONCE
+    }
+
+    /// Reads every queued page side by side, adds the words to `pages[index]` and sets
+    /// `ocr[index]`; returns how many pages it read.
+    pub fn read(&mut self, pdf: &mut WorkerDocument, pages: &mut [PageRead], ocr: &mut [Option<PageOcr>]) -> u32 {
+        let started = Instant::now();
+        let engine = &self.settings.engine;
+        let pending = std::mem::take(&mut self.pending);
+        let lines: Vec<Result<Vec<Vec<OcrLine>>, OcrError>> =
+            pending.par_iter().map(|(_, areas)| areas.iter().map(|a| engine.read(&a.image)).collect()).collect();
+        let mut done = 0;
+        for ((index, areas), lines) in pending.iter().zip(lines) {
+            let (Some(read), Some(slot)) = (pages.get_mut(*index), ocr.get_mut(*index)) else { continue };
+            match lines {
+                Ok(lines) => {
+                    *slot = Some(add_ocr_lines(read, areas, &lines));
+                    done += 1;
+                }
+                Err(e) => warn!(path = %self.path.display(), "page {} was not read by OCR: {e}", read.page.number),
+            }
+        }
+        pdf.exclude_from_deadline(started.elapsed());
+        done
+    }
 }
 
 fn block_key(block: &Block) -> (String, [u32; 4]) {
