@@ -12,7 +12,7 @@ mod worker;
 
 pub use headings::{document_outline, heading_outline};
 pub use layout::{Glyph, layout_page, reading_order};
-pub use ocr_pages::{ENGINE as OCR_ENGINE, MAX_DPI as OCR_MAX_DPI, OcrQueue, OcrSettings, PageOcrError, areas_to_read, read_page_text};
+pub use ocr_pages::{ENGINE as OCR_ENGINE, MAX_DPI as OCR_MAX_DPI, OcrQueue, OcrSettings, PageOcrError, areas_to_read};
 pub use ocr_text::{OcrText, ocr_text};
 pub use pdf::{OpenPdf, PageRead, PdfError, PdfReader};
 pub use progress::IngestProgress;
@@ -115,7 +115,7 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
     let mut ocr: Vec<Option<PageOcr>> = Vec::with_capacity(page_count as usize);
     let mut damage = DamageRecord { truncated: pdf.truncated(), lost_pages: Vec::new() };
     let mut first_loss = None;
-    let mut queue = options.ocr.as_ref().map(|settings| OcrQueue::new(settings, path));
+    let mut queue = options.ocr.as_ref().map(|settings| OcrQueue::new(settings, path, progress));
     for number in 1..=page_count {
         // Best effort, as PDF readers do: a page PDFium cannot read, or one that passes its
         // deadline or crashes PDFium, is kept empty and named as lost; after a deadline or a
@@ -128,7 +128,7 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
                 ocr.push(None);
                 pages.push(page);
                 if let Some(queue) = queue.as_mut().filter(|q| q.is_full()) {
-                    (0..queue.read(&mut pdf, &mut pages, &mut ocr)).for_each(|_| progress.page_ocr_done());
+                    queue.read(&mut pdf, &mut pages, &mut ocr);
                 }
                 None
             }
@@ -156,7 +156,7 @@ pub fn ingest_file(store: &Store, worker: &PdfWorker, path: &Path, options: &Ing
         progress.page_done();
     }
     if let Some(queue) = queue.as_mut() {
-        (0..queue.read(&mut pdf, &mut pages, &mut ocr)).for_each(|_| progress.page_ocr_done());
+        queue.read(&mut pdf, &mut pages, &mut ocr);
     }
     if damage.lost_pages.len() == page_count as usize {
         // Nothing to keep: say why, in the words of the first loss when there was one page.
@@ -221,18 +221,18 @@ pub fn ocr_stored_document(
     let mut pdf = worker.open(&bytes, None).map_err(pdf_err)?;
     progress.start_document(&path, wanted.len() as u32);
     let (mut reads, mut ocr) = (Vec::new(), Vec::new());
-    let mut queue = OcrQueue::new(settings, &path);
+    let mut queue = OcrQueue::new(settings, &path, progress);
     for number in wanted {
         let read = pdf.read_page(number, None).map_err(pdf_err)?;
         queue.render(&mut pdf, reads.len(), &read);
         reads.push(read);
         ocr.push(None);
         if queue.is_full() {
-            (0..queue.read(&mut pdf, &mut reads, &mut ocr)).for_each(|_| progress.page_ocr_done());
+            queue.read(&mut pdf, &mut reads, &mut ocr);
         }
         progress.page_done();
     }
-    (0..queue.read(&mut pdf, &mut reads, &mut ocr)).for_each(|_| progress.page_ocr_done());
+    queue.read(&mut pdf, &mut reads, &mut ocr);
     let read_pages: Vec<(PageRecord, PageOcr)> = reads.into_iter().zip(ocr).filter_map(|(read, ocr)| Some((read.page, ocr?))).collect();
     // Nothing read leaves the document (and its indexes) as they were.
     if !read_pages.is_empty() {

@@ -13,6 +13,7 @@ use tracing::warn;
 use super::layout::reading_order;
 use super::ocr_text::ocr_text;
 use super::pdf::{PageRead, PdfError};
+use super::progress::IngestProgress;
 use super::worker::WorkerDocument;
 use crate::config::{ApplianceConfig, OcrMode};
 use crate::ocr::{OcrEngine, OcrError, OcrLine};
@@ -52,15 +53,13 @@ impl std::fmt::Debug for OcrSettings {
     }
 }
 
-/// Why a page could not be read by OCR.
+/// Why a page's areas could not be rendered for OCR.
 #[derive(Debug, thiserror::Error)]
 pub enum PageOcrError {
     #[error(transparent)]
     Render(#[from] PdfError),
     #[error("the rendered page is not an image: {0}")]
     Image(String),
-    #[error(transparent)]
-    Ocr(#[from] OcrError),
 }
 
 /// The areas of a page (in points) that `mode` has OCR read.
@@ -129,17 +128,6 @@ pub fn add_ocr_lines(read: &mut PageRead, areas: &[RenderedArea], lines: &[Vec<O
     ocr
 }
 
-/// Reads the areas `settings` asks for on one page and adds their words to its blocks, in
-/// reading order with the text layer's. None when there was nothing to read.
-pub fn read_page_text(pdf: &mut WorkerDocument, read: &mut PageRead, settings: &OcrSettings) -> Result<Option<PageOcr>, PageOcrError> {
-    let areas = render_areas(pdf, read, settings)?;
-    if areas.is_empty() {
-        return Ok(None);
-    }
-    let lines = areas.iter().map(|a| settings.engine.read(&a.image)).collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(add_ocr_lines(read, &areas, &lines)))
-}
-
 /// How many pages OCR reads side by side. Burn's CPU passes keep about 1.3 of two cores busy
 /// on one page (its element-wise passes run on one thread), so a second page fills the gaps.
 pub const PAGES_AT_ONCE: usize = 2;
@@ -150,13 +138,14 @@ pub const PAGES_AT_ONCE: usize = 2;
 pub struct OcrQueue<'a> {
     settings: &'a OcrSettings,
     path: &'a Path,
+    progress: &'a IngestProgress,
     pending: Vec<(usize, Vec<RenderedArea>)>,
 }
 
 impl<'a> OcrQueue<'a> {
-    /// An empty queue for the document at `path`.
-    pub fn new(settings: &'a OcrSettings, path: &'a Path) -> OcrQueue<'a> {
-        OcrQueue { settings, path, pending: Vec::new() }
+    /// An empty queue for the document at `path`, counting the pages it reads on `progress`.
+    pub fn new(settings: &'a OcrSettings, path: &'a Path, progress: &'a IngestProgress) -> OcrQueue<'a> {
+        OcrQueue { settings, path, progress, pending: Vec::new() }
     }
 
     /// Renders what OCR is to read of page `index` (nothing when it needs no OCR) and queues it.
@@ -176,26 +165,24 @@ impl<'a> OcrQueue<'a> {
     }
 
     /// Reads every queued page side by side, adds the words to `pages[index]` and sets
-    /// `ocr[index]`; returns how many pages it read.
-    pub fn read(&mut self, pdf: &mut WorkerDocument, pages: &mut [PageRead], ocr: &mut [Option<PageOcr>]) -> u32 {
+    /// `ocr[index]`.
+    pub fn read(&mut self, pdf: &mut WorkerDocument, pages: &mut [PageRead], ocr: &mut [Option<PageOcr>]) {
         let started = Instant::now();
         let engine = &self.settings.engine;
         let pending = std::mem::take(&mut self.pending);
         let lines: Vec<Result<Vec<Vec<OcrLine>>, OcrError>> =
             pending.par_iter().map(|(_, areas)| areas.iter().map(|a| engine.read(&a.image)).collect()).collect();
-        let mut done = 0;
         for ((index, areas), lines) in pending.iter().zip(lines) {
             let (Some(read), Some(slot)) = (pages.get_mut(*index), ocr.get_mut(*index)) else { continue };
             match lines {
                 Ok(lines) => {
                     *slot = Some(add_ocr_lines(read, areas, &lines));
-                    done += 1;
+                    self.progress.page_ocr_done();
                 }
                 Err(e) => warn!(path = %self.path.display(), "page {} was not read by OCR: {e}", read.page.number),
             }
         }
         pdf.exclude_from_deadline(started.elapsed());
-        done
     }
 }
 
