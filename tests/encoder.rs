@@ -1,12 +1,13 @@
 //! The encoder against sentence-transformers' own output (a fixture made once by
 //! tests/fixtures/make_encoder_reference.py): the native CPU network, and burn's on its CPU
-//! backend and on wgpu (lavapipe here).
+//! backend and on wgpu (lavapipe here); the native one with 8-bit products against the f32 one.
 
 mod common;
 
 use std::path::PathBuf;
 
 use burn::prelude::Device;
+use evident::config::EncoderPrecision;
 use evident::models::{Bert, CpuBert, TextEncoder, burn_attention, wgsl_attention};
 
 fn model_dir() -> PathBuf {
@@ -113,6 +114,32 @@ fn native_and_burn_cpu_encoders_give_the_same_token_vectors_for_real_pages() {
             assert!(c > 0.9999, "token vectors differ: cosine {c}");
         }
     }
+}
+
+#[test]
+fn int8_encoder_stays_near_the_f32_one() {
+    let int8 = TextEncoder::load_native(&model_dir(), EncoderPrecision::Int8).expect("int8 loads");
+    if int8.precision() != EncoderPrecision::Int8 {
+        // The kernel's own tests check the product on every CPU; here the f32 network ran.
+        eprintln!("no AVX-512 VNNI: the encoder fell back to f32, as it reports");
+        return;
+    }
+    let fixture = reference();
+    let sentences: Vec<&str> = fixture["sentences"].as_array().expect("sentences").iter().map(|s| s.as_str().expect("text")).collect();
+    let got = int8.embed(&sentences).expect("embeddings");
+    for (i, want) in fixture["embeddings"].as_array().expect("embeddings").iter().enumerate() {
+        let c = cosine(&got[i], &floats(want));
+        eprintln!("int8 sentence {i}: cosine {c:.5} to sentence-transformers");
+        assert!(c > 0.99, "int8: sentence {i} has cosine {c} to sentence-transformers");
+    }
+    let page = "Net sales by segment: Safety and Industrial $11.6 billion; Transportation and Electronics $8.9 billion. ".repeat(20);
+    let f32_net = TextEncoder::load(&model_dir(), &Device::flex()).expect("f32 loads");
+    let (a, b) = (&int8.token_vectors(&[page.as_str()]).expect("int8 vectors")[0], &f32_net.token_vectors(&[page.as_str()]).expect("f32 vectors")[0]);
+    assert_eq!(a.tokens, b.tokens);
+    let cosines: Vec<f64> = a.vectors.chunks(a.dim).zip(b.vectors.chunks(b.dim)).map(|(u, v)| cosine(u, v)).collect();
+    let (worst, mean) = (cosines.iter().copied().fold(1.0, f64::min), cosines.iter().sum::<f64>() / cosines.len() as f64);
+    eprintln!("int8 token vectors of a page against f32: mean cosine {mean:.5}, worst {worst:.5}");
+    assert!(mean > 0.99 && worst > 0.95, "int8 token vectors drift: mean cosine {mean}, worst {worst}");
 }
 
 #[test]

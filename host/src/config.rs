@@ -29,6 +29,17 @@ pub enum ComputeBackend {
     Cpu,
 }
 
+/// The arithmetic of the text encoder's matrix products on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EncoderPrecision {
+    /// 32-bit floats, as the model was trained.
+    F32,
+    /// Weights and inputs rounded to 8-bit integers, summed exactly (AVX-512 VNNI; f32 on a
+    /// CPU without it).
+    Int8,
+}
+
 /// Which pages ingest reads with OCR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -142,6 +153,8 @@ pub struct StageLimits {
 #[serde(deny_unknown_fields)]
 pub struct ComputeConfig {
     pub backend: ComputeBackend,
+    /// The encoder's products on the CPU (a GPU runs f32).
+    pub encoder_precision: EncoderPrecision,
     /// Memory for page vectors kept between questions, in MiB (0: read them for every search).
     pub vector_cache_mib: u64,
     /// Memory for enrich artifacts kept between questions, in MiB (0: read them for every call).

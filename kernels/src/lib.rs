@@ -4,6 +4,7 @@
 mod attention;
 mod decoder_cpu;
 mod dense_cpu;
+mod dense_int8;
 mod gelu_cpu;
 mod gpu;
 mod maxsim;
@@ -21,6 +22,7 @@ mod wgsl_layout;
 pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
 pub use decoder_cpu::{GroupedShape, RopeLayout, causal_attention, causal_attention_reference, rms_norm, rotary_angles, rotate, silu_gate};
 pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention_cpu, layer_norm, linear, packed_attention_reference};
+pub use dense_int8::{Int8Weight, int8_linear_available, linear_int8, linear_int8_reference};
 pub use gelu_cpu::{gelu_in_place, gelu_reference};
 pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, bail};
 use burn::prelude::Device;
 use clap::{Args, Subcommand};
+use evident::config::EncoderPrecision;
 use evident::ingest::collect_pdfs;
 use evident::models::{TextEncoder, burn_attention, wgsl_attention};
 
@@ -74,9 +75,10 @@ pub struct BenchEncoderArgs {
     /// Pages to encode (from the first).
     #[arg(long, default_value_t = 48)]
     pages: u32,
-    /// Encoders to measure: cpu (the native CPU network), burn-cpu (burn's on its CPU
-    /// backend), wgpu (burn's on wgpu with the WGSL attention).
-    #[arg(long, value_delimiter = ',', default_value = "cpu,burn-cpu,wgpu")]
+    /// Encoders to measure: cpu (the native CPU network), cpu-int8 (the same with 8-bit integer
+    /// products; skipped on a CPU without AVX-512 VNNI), burn-cpu (burn's on its CPU backend),
+    /// wgpu (burn's on wgpu with the WGSL attention).
+    #[arg(long, value_delimiter = ',', default_value = "cpu,cpu-int8,burn-cpu,wgpu")]
     backends: Vec<String>,
     /// Python with sentence-transformers for the reference (scripts/bench-encoder.sh makes one);
     /// without it, only Evident is measured.
@@ -179,12 +181,20 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
     for backend in &args.backends {
         let (label, encoder) = match backend.as_str() {
             "cpu" => ("evident, native CPU", TextEncoder::load(&dir, &Device::flex())?),
+            "cpu-int8" => {
+                let encoder = TextEncoder::load_native(&dir, EncoderPrecision::Int8)?;
+                if encoder.precision() != EncoderPrecision::Int8 {
+                    eprintln!("cpu-int8 skipped: this CPU has no AVX-512 VNNI");
+                    continue;
+                }
+                ("evident, native CPU, int8 products", encoder)
+            }
             "burn-cpu" => ("evident, burn flex CPU", TextEncoder::load_with_attention(&dir, &Device::flex(), Box::new(burn_attention))?),
             "wgpu" => {
                 let device = Device::wgpu(burn::prelude::DeviceKind::DefaultDevice);
                 ("evident, burn wgpu, WGSL attention", TextEncoder::load_with_attention(&dir, &device, Box::new(wgsl_attention))?)
             }
-            other => bail!("unknown encoder {other}; use cpu, burn-cpu or wgpu"),
+            other => bail!("unknown encoder {other}; use cpu, cpu-int8, burn-cpu or wgpu"),
         };
         encoder.embed(&refs[..refs.len().min(4)])?; // warm-up: shader compilation, autotune
         // Best of two, as the sentence-transformers reference is timed.

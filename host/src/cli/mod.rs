@@ -58,15 +58,20 @@ impl Context {
         Ok(LexicalIndex::open(&lexical_dir(&self.config.data_dir))?)
     }
 
-    /// Loads the embedded text encoder on the configured backend; on wgpu its attention runs
-    /// through the WGSL kernel.
+    /// Loads the embedded text encoder on the configured backend: on wgpu its attention runs
+    /// through the WGSL kernel, on the CPU its products in `compute.encoder_precision`.
     pub fn encoder(&self) -> Result<TextEncoder> {
         let compute = burn_device(self.config.compute.backend);
         let dir = self.config.models_dir.join("all-minilm-l6-v2");
         let encoder = if compute.wgpu {
             TextEncoder::load_with_attention(&dir, &compute.device, Box::new(evident::models::wgsl_attention))?
         } else {
-            TextEncoder::load(&dir, &compute.device)?
+            let wanted = self.config.compute.encoder_precision;
+            let encoder = TextEncoder::load_native(&dir, wanted)?;
+            if encoder.precision() != wanted {
+                tracing::warn!("this CPU has no AVX-512 VNNI, so the encoder runs in f32 rather than int8");
+            }
+            encoder
         };
         Ok(encoder)
     }

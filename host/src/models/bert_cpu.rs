@@ -5,10 +5,11 @@
 
 use std::path::Path;
 
-use evident_kernels::{AttentionShape, SequenceSpan, Weight, attention_cpu, gelu_in_place, layer_norm, linear};
+use evident_kernels::{AttentionShape, Int8Weight, SequenceSpan, Weight, attention_cpu, gelu_in_place, int8_linear_available, layer_norm, linear, linear_int8};
 use safetensors::SafeTensors;
 
 use super::bert::{BertConfig, ModelError, parse_safetensors, read_model_files, tensor_f32};
+use crate::config::EncoderPrecision;
 
 struct Dense {
     /// `out` rows of `inp` values, as PyTorch stores it.
@@ -16,6 +17,8 @@ struct Dense {
     bias: Vec<f32>,
     inp: usize,
     out: usize,
+    /// The weight rounded to 8-bit integers, when the products run in them.
+    int8: Option<Int8Weight>,
 }
 
 impl Dense {
@@ -26,10 +29,13 @@ impl Dense {
             weight.extend(tensor_f32(st, &format!("{p}.weight"), &[out, inp])?);
             bias.extend(tensor_f32(st, &format!("{p}.bias"), &[out])?);
         }
-        Ok(Dense { weight, bias, inp, out: prefixes.len() * out })
+        Ok(Dense { weight, bias, inp, out: prefixes.len() * out, int8: None })
     }
 
     fn apply(&self, x: &[f32], rows: usize, out: &mut [f32], accumulate: bool) {
+        if let Some(w) = &self.int8 {
+            return linear_int8(x, rows, w, &self.bias, out, accumulate);
+        }
         linear(x, rows, Weight { values: &self.weight, inp: self.inp, out: self.out }, &self.bias, out, accumulate);
     }
 }
@@ -95,6 +101,27 @@ impl CpuBert {
             layers,
             config,
         })
+    }
+
+    /// The same network with its matrix products in `precision`; int8 only where the CPU has
+    /// AVX-512 VNNI (elsewhere it stays f32, which [`CpuBert::precision`] then reports).
+    pub fn with_precision(mut self, precision: EncoderPrecision) -> CpuBert {
+        if precision == EncoderPrecision::Int8 && int8_linear_available() {
+            for layer in &mut self.layers {
+                for dense in [&mut layer.qkv, &mut layer.attn_out, &mut layer.intermediate, &mut layer.output] {
+                    dense.int8 = Some(Int8Weight::new(&dense.weight, dense.inp, dense.out));
+                }
+            }
+        }
+        self
+    }
+
+    /// The arithmetic the matrix products run in.
+    pub fn precision(&self) -> EncoderPrecision {
+        match self.layers.first().and_then(|l| l.qkv.int8.as_ref()) {
+            Some(_) => EncoderPrecision::Int8,
+            None => EncoderPrecision::F32,
+        }
     }
 
     /// The network's hyper-parameters.

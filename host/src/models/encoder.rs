@@ -8,6 +8,7 @@ use tokenizers::Tokenizer;
 
 use super::bert::{AttentionFn, Bert, ModelError};
 use super::bert_cpu::CpuBert;
+use crate::config::EncoderPrecision;
 
 /// Longest window the model sees, special tokens included (sentence-transformers' limit).
 pub const MAX_WINDOW: usize = 256;
@@ -67,9 +68,15 @@ impl TextEncoder {
     /// CPU device gets the native CPU network, any other burn's with its own attention.
     pub fn load(dir: &Path, device: &Device) -> Result<TextEncoder, ModelError> {
         if *device == Device::flex() {
-            return TextEncoder::with_network(dir, Network::Cpu(CpuBert::load(dir)?));
+            return TextEncoder::load_native(dir, EncoderPrecision::F32);
         }
         TextEncoder::load_with_attention(dir, device, Box::new(super::bert::burn_attention))
+    }
+
+    /// Loads the native CPU network with its matrix products in `precision` (f32 where the CPU
+    /// cannot run int8 quickly; [`TextEncoder::precision`] says which it got).
+    pub fn load_native(dir: &Path, precision: EncoderPrecision) -> Result<TextEncoder, ModelError> {
+        TextEncoder::with_network(dir, Network::Cpu(CpuBert::load(dir)?.with_precision(precision)))
     }
 
     /// Loads burn's network on `device` with a chosen attention implementation.
@@ -85,6 +92,14 @@ impl TextEncoder {
         let id = |t: &str| tokenizer.token_to_id(t).ok_or_else(|| ModelError::Tokenizer(format!("no {t} token")));
         let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
         Ok(TextEncoder { network, tokenizer, cls, sep })
+    }
+
+    /// The arithmetic of the matrix products (burn's networks run f32).
+    pub fn precision(&self) -> EncoderPrecision {
+        match &self.network {
+            Network::Burn { .. } => EncoderPrecision::F32,
+            Network::Cpu(bert) => bert.precision(),
+        }
     }
 
     /// Vector dimension.

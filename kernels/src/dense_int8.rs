@@ -1,0 +1,296 @@
+//! A linear layer in 8-bit integers for the encoder on the CPU: weights rounded once per output
+//! (symmetric, one scale each), inputs rounded per row at each product, and the products summed
+//! exactly in 32-bit integers by AVX-512 VNNI (`vpdpbusd`: 64 byte products an instruction, four
+//! times the multiply-adds of an f32 FMA). What the rounding costs in accuracy is the caller's
+//! to measure; the integer sums here are exact, so the kernel equals its plain reference.
+//!
+//! `vpdpbusd` multiplies unsigned bytes by signed ones, so each rounded input q (|q| ≤ 127) is
+//! stored as q + 128, and 128 · Σₖ w is taken off the sum afterwards (kept per output).
+
+use rayon::prelude::*;
+
+/// Outputs per packed panel: four 512-bit registers of 16 sums.
+const PANEL: usize = 64;
+/// Rows per micro-tile: 6 rows × 4 registers of sums, 4 of weights and one of input fit the 32
+/// registers.
+const TILE_ROWS: usize = 6;
+/// Rows per thread task (whole tiles), so that a panel of weights is reused across them.
+const TASK_ROWS: usize = 8 * TILE_ROWS;
+
+/// A weight matrix (`out` rows of `inp` values, as PyTorch stores it) rounded to 8-bit integers
+/// and packed for the integer product: per panel of 64 outputs, per group of 4 inputs, the 4
+/// weights of each output side by side.
+pub struct Int8Weight {
+    inp: usize,
+    out: usize,
+    /// Groups of 4 inputs (`inp` rounded up).
+    groups: usize,
+    /// `[panel][group][output in panel][4]`, zero where `inp` or `out` was padded.
+    packed: Vec<i8>,
+    /// Per output: w ≈ scale · q.
+    scale: Vec<f32>,
+    /// Per output: 128 · Σ q, what the inputs' offset adds to its sum.
+    offset_sum: Vec<i32>,
+}
+
+impl Int8Weight {
+    /// Rounds `values` (`out` × `inp`, row-major) to integers, one scale per output row.
+    pub fn new(values: &[f32], inp: usize, out: usize) -> Int8Weight {
+        assert_eq!(values.len(), inp * out, "weight is out × inp");
+        let groups = inp.div_ceil(4);
+        let panels = out.div_ceil(PANEL);
+        let mut packed = vec![0i8; panels * groups * PANEL * 4];
+        let mut scale = vec![0.0f32; out];
+        let mut offset_sum = vec![0i32; out];
+        for o in 0..out {
+            let row = &values[o * inp..(o + 1) * inp];
+            let (q, s) = round_row(row);
+            scale[o] = s;
+            offset_sum[o] = 128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
+            let (panel, lane) = (o / PANEL, o % PANEL);
+            for (i, &v) in q.iter().enumerate() {
+                packed[((panel * groups + i / 4) * PANEL + lane) * 4 + i % 4] = v;
+            }
+        }
+        Int8Weight { inp, out, groups, packed, scale, offset_sum }
+    }
+
+    /// Inputs per row.
+    pub fn inp(&self) -> usize {
+        self.inp
+    }
+
+    /// Outputs per row.
+    pub fn out(&self) -> usize {
+        self.out
+    }
+
+    /// The integer of output `o`, input `i`.
+    fn q(&self, o: usize, i: usize) -> i8 {
+        self.packed[(((o / PANEL) * self.groups + i / 4) * PANEL + o % PANEL) * 4 + i % 4]
+    }
+}
+
+/// `row` rounded to nearest (ties to even) on a symmetric scale: v ≈ scale · q, |q| ≤ 127.
+fn round_row(row: &[f32]) -> (Vec<i8>, f32) {
+    let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let scale = amax / 127.0;
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    (row.iter().map(|v| (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8).collect(), scale)
+}
+
+/// Inputs rounded per row and offset to unsigned bytes, each row padded to whole groups of 4.
+struct Int8Rows {
+    bytes: Vec<u8>,
+    scale: Vec<f32>,
+    stride: usize,
+}
+
+impl Int8Rows {
+    fn new(x: &[f32], rows: usize, inp: usize) -> Int8Rows {
+        let stride = inp.div_ceil(4) * 4;
+        let mut bytes = vec![128u8; rows * stride];
+        let mut scale = vec![0.0f32; rows];
+        let fast = cfg!(target_arch = "x86_64") && int8_linear_available();
+        bytes.par_chunks_mut(stride).zip(scale.par_iter_mut()).zip(x.par_chunks(inp.max(1))).for_each(|((dst, s), row)| {
+            #[cfg(target_arch = "x86_64")]
+            if fast {
+                // SAFETY: AVX-512 F/BW were detected; `dst` holds at least `row.len()` bytes.
+                *s = unsafe { vnni::round_row_offset(row, dst) };
+                return;
+            }
+            let (q, rs) = round_row(row);
+            *s = rs;
+            for (d, v) in dst.iter_mut().zip(q) {
+                *d = (i16::from(v) + 128) as u8;
+            }
+        });
+        Int8Rows { bytes, scale, stride }
+    }
+}
+
+/// Whether this CPU runs [`linear_int8`] with AVX-512 VNNI; elsewhere it runs the plain
+/// reference loop, correct but many times slower than the f32 [`crate::linear`].
+pub fn int8_linear_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `out[rows × w.out] = round(x) · round(w)ᵀ + bias`, plus `out`'s previous contents when
+/// `accumulate`: [`crate::linear`] with both operands rounded to 8-bit integers.
+pub fn linear_int8(x: &[f32], rows: usize, w: &Int8Weight, bias: &[f32], out: &mut [f32], accumulate: bool) {
+    assert_eq!(x.len(), rows * w.inp, "input is rows × inp");
+    assert_eq!(bias.len(), w.out, "one bias per output");
+    assert_eq!(out.len(), rows * w.out, "output is rows × out");
+    if rows == 0 || w.out == 0 {
+        return;
+    }
+    let a = Int8Rows::new(x, rows, w.inp);
+    #[cfg(target_arch = "x86_64")]
+    if int8_linear_available() {
+        out.par_chunks_mut(TASK_ROWS * w.out).enumerate().for_each(|(task, chunk)| {
+            // SAFETY: VNNI was detected; `chunk` is whole rows of `out` starting at row
+            // task · TASK_ROWS, whose inputs are in `a`.
+            unsafe { vnni::rows(&a, task * TASK_ROWS, w, bias, chunk, accumulate) }
+        });
+        return;
+    }
+    out.par_chunks_mut(w.out).enumerate().for_each(|(r, row)| {
+        for (o, v) in row.iter_mut().enumerate() {
+            let dot = (0..w.inp).map(|i| i32::from(a.bytes[r * a.stride + i]) * i32::from(w.q(o, i))).sum::<i32>() - w.offset_sum[o];
+            let prior = if accumulate { *v } else { 0.0 };
+            *v = dot as f32 * (a.scale[r] * w.scale[o]) + bias[o] + prior;
+        }
+    });
+}
+
+/// What [`linear_int8`] computes, in plain loops: each input row and weight row rounded as
+/// [`Int8Weight`] does, the integer dot products, then scaled. The kernels' tests compare
+/// against it.
+pub fn linear_int8_reference(x: &[f32], rows: usize, w: &[f32], inp: usize, bias: &[f32], out: &mut [f32], accumulate: bool) {
+    let outs = bias.len();
+    let weights: Vec<(Vec<i8>, f32)> = w.chunks(inp.max(1)).take(outs).map(round_row).collect();
+    for r in 0..rows {
+        let (xq, xs) = round_row(&x[r * inp..(r + 1) * inp]);
+        for (o, (wq, ws)) in weights.iter().enumerate() {
+            let dot: i32 = xq.iter().zip(wq).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum();
+            let prior = if accumulate { out[r * outs + o] } else { 0.0 };
+            out[r * outs + o] = dot as f32 * (xs * ws) + bias[o] + prior;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use std::arch::x86_64::*;
+
+    use super::{Int8Rows, Int8Weight, PANEL, TILE_ROWS};
+
+    /// [`super::round_row`] of `row` with each integer offset by 128 into `dst`; returns the
+    /// scale. The same scale and the same products as the plain version, so the same bytes.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn round_row_offset(row: &[f32], dst: &mut [u8]) -> f32 {
+        assert!(dst.len() >= row.len());
+        let n = row.len();
+        let lanes = |at: usize| -> __mmask16 { if n - at >= 16 { 0xffff } else { (1u16 << (n - at)) - 1 } };
+        // SAFETY: every load and store is masked to the lanes before `n`, from a pointer at an
+        // index below `n` (dst holds at least n bytes).
+        unsafe {
+            let mut amax = _mm512_setzero_ps();
+            for at in (0..n).step_by(16) {
+                amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes(at), row.as_ptr().add(at))));
+            }
+            let scale = _mm512_reduce_max_ps(amax) / 127.0;
+            let inv = _mm512_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+            let (lo, hi, offset) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0), _mm512_set1_epi32(128));
+            for at in (0..n).step_by(16) {
+                let m = lanes(at);
+                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row.as_ptr().add(at)), inv);
+                // Rounded to nearest, ties to even (the default rounding mode), as round_ties_even.
+                let q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps::<0x08>(v), lo), hi));
+                _mm_mask_storeu_epi8(dst.as_mut_ptr().add(at).cast(), m, _mm512_cvtepi32_epi8(_mm512_add_epi32(q, offset)));
+            }
+            scale
+        }
+    }
+
+    /// Output rows `first..` (as many as `out` holds) of the product.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn rows(a: &Int8Rows, first: usize, w: &Int8Weight, bias: &[f32], out: &mut [f32], accumulate: bool) {
+        let rows = out.len() / w.out;
+        let panels = w.out.div_ceil(PANEL);
+        for panel in 0..panels {
+            let cols = (w.out - panel * PANEL).min(PANEL);
+            let b = &w.packed[panel * w.groups * PANEL * 4..(panel + 1) * w.groups * PANEL * 4];
+            let mut r = 0;
+            while r < rows {
+                let m = (rows - r).min(TILE_ROWS);
+                let tile = Tile { a, row: first + r, w, b, panel, cols, bias };
+                let dst = &mut out[r * w.out..(r + m) * w.out];
+                // SAFETY: the caller detected VNNI; the tile's rows and columns are inside
+                // `a`, `b` and `dst` (checked by the slicing above).
+                unsafe {
+                    match m {
+                        6 => tile.run::<6>(dst, accumulate),
+                        5 => tile.run::<5>(dst, accumulate),
+                        4 => tile.run::<4>(dst, accumulate),
+                        3 => tile.run::<3>(dst, accumulate),
+                        2 => tile.run::<2>(dst, accumulate),
+                        _ => tile.run::<1>(dst, accumulate),
+                    }
+                }
+                r += m;
+            }
+        }
+    }
+
+    /// Up to `TILE_ROWS` rows by one panel of outputs.
+    struct Tile<'a> {
+        a: &'a Int8Rows,
+        row: usize,
+        w: &'a Int8Weight,
+        /// The panel's packed weights.
+        b: &'a [i8],
+        panel: usize,
+        cols: usize,
+        bias: &'a [f32],
+    }
+
+    impl Tile<'_> {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+        unsafe fn run<const M: usize>(&self, dst: &mut [f32], accumulate: bool) {
+            let mut acc = [[_mm512_setzero_si512(); 4]; M];
+            let a = self.a.bytes[self.row * self.a.stride..(self.row + M) * self.a.stride].as_ptr();
+            let b = self.b.as_ptr();
+            // SAFETY: group g of row m is a's bytes 4g..4g+4 of that row (g < groups, the
+            // stride is 4 · groups); the panel holds groups × 256 weight bytes.
+            unsafe {
+                for g in 0..self.w.groups {
+                    let bg = b.add(g * PANEL * 4);
+                    let b0 = _mm512_loadu_si512(bg.cast());
+                    let b1 = _mm512_loadu_si512(bg.add(64).cast());
+                    let b2 = _mm512_loadu_si512(bg.add(128).cast());
+                    let b3 = _mm512_loadu_si512(bg.add(192).cast());
+                    for (m, sums) in acc.iter_mut().enumerate() {
+                        let x = _mm512_set1_epi32(a.add(m * self.a.stride + 4 * g).cast::<i32>().read_unaligned());
+                        sums[0] = _mm512_dpbusd_epi32(sums[0], x, b0);
+                        sums[1] = _mm512_dpbusd_epi32(sums[1], x, b1);
+                        sums[2] = _mm512_dpbusd_epi32(sums[2], x, b2);
+                        sums[3] = _mm512_dpbusd_epi32(sums[3], x, b3);
+                    }
+                }
+            }
+            let out = self.w.out;
+            let col0 = self.panel * PANEL;
+            for (m, sums) in acc.iter().enumerate() {
+                let row_scale = _mm512_set1_ps(self.a.scale[self.row + m]);
+                for (j, sum) in sums.iter().enumerate() {
+                    let start = 16 * j;
+                    if start >= self.cols {
+                        break;
+                    }
+                    let lanes: __mmask16 = if self.cols - start >= 16 { 0xffff } else { (1u16 << (self.cols - start)) - 1 };
+                    let o = col0 + start;
+                    // SAFETY: o < w.out, so each pointer is inside its slice, and the mask keeps
+                    // the loads and stores to the `cols - start` outputs that exist.
+                    unsafe {
+                        let dot = _mm512_sub_epi32(*sum, _mm512_maskz_loadu_epi32(lanes, self.w.offset_sum.as_ptr().add(o)));
+                        let scale = _mm512_mul_ps(row_scale, _mm512_maskz_loadu_ps(lanes, self.w.scale.as_ptr().add(o)));
+                        let mut v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale), _mm512_maskz_loadu_ps(lanes, self.bias.as_ptr().add(o)));
+                        let at = dst.as_mut_ptr().add(m * out + o);
+                        if accumulate {
+                            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, at));
+                        }
+                        _mm512_mask_storeu_ps(at, lanes, v);
+                    }
+                }
+            }
+        }
+    }
+}
