@@ -88,10 +88,12 @@ struct Int8Rows {
 
 impl Int8Rows {
     fn new(x: &[f32], rows: usize, inp: usize) -> Int8Rows {
-        let stride = inp.div_ceil(4) * 4;
+        // At least one group, so that rows of no inputs still have a (zero) place.
+        let stride = inp.div_ceil(4).max(1) * 4;
         let mut bytes = vec![128u8; rows * stride];
         let mut scale = vec![0.0f32; rows];
-        let fast = cfg!(target_arch = "x86_64") && int8_linear_available();
+        #[cfg(target_arch = "x86_64")]
+        let fast = int8_linear_available();
         bytes.par_chunks_mut(stride).zip(scale.par_iter_mut()).zip(x.par_chunks(inp.max(1))).for_each(|((dst, s), row)| {
             #[cfg(target_arch = "x86_64")]
             if fast {
@@ -155,7 +157,7 @@ pub fn linear_int8(x: &[f32], rows: usize, w: &Int8Weight, bias: &[f32], out: &m
 /// against it.
 pub fn linear_int8_reference(x: &[f32], rows: usize, w: &[f32], inp: usize, bias: &[f32], out: &mut [f32], accumulate: bool) {
     let outs = bias.len();
-    let weights: Vec<(Vec<i8>, f32)> = w.chunks(inp.max(1)).take(outs).map(round_row).collect();
+    let weights: Vec<(Vec<i8>, f32)> = (0..outs).map(|o| round_row(&w[o * inp..(o + 1) * inp])).collect();
     for r in 0..rows {
         let (xq, xs) = round_row(&x[r * inp..(r + 1) * inp]);
         for (o, (wq, ws)) in weights.iter().enumerate() {

@@ -5,7 +5,7 @@
 use evident_kernels::testing::{Noise, assert_all_close};
 use evident_kernels::{Int8Weight, Weight, int8_linear_available, linear, linear_int8, linear_int8_reference};
 
-const SHAPES: [(usize, usize, usize); 7] = [(1, 1, 1), (5, 3, 7), (7, 17, 65), (13, 64, 64), (50, 385, 130), (77, 384, 1152), (0, 4, 4)];
+const SHAPES: [(usize, usize, usize); 8] = [(1, 1, 1), (5, 3, 7), (7, 17, 65), (13, 64, 64), (50, 385, 130), (77, 384, 1152), (0, 4, 4), (3, 0, 5)];
 
 #[test]
 fn int8_linear_equals_its_reference() {

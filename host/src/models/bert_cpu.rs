@@ -103,8 +103,9 @@ impl CpuBert {
         })
     }
 
-    /// The same network with its matrix products in `precision`; int8 only where the CPU has
-    /// AVX-512 VNNI (elsewhere it stays f32, which [`CpuBert::precision`] then reports).
+    /// The same network with its dense layers' products in `precision`; int8 only where the
+    /// CPU has AVX-512 VNNI (elsewhere they stay f32, which [`CpuBert::precision`] then
+    /// reports). Attention's products stay f32.
     pub fn with_precision(mut self, precision: EncoderPrecision) -> CpuBert {
         if precision == EncoderPrecision::Int8 && int8_linear_available() {
             for layer in &mut self.layers {
