@@ -55,16 +55,6 @@ impl Int8Weight {
         Int8Weight { inp, out, groups, packed, scale, offset_sum }
     }
 
-    /// Inputs per row.
-    pub fn inp(&self) -> usize {
-        self.inp
-    }
-
-    /// Outputs per row.
-    pub fn out(&self) -> usize {
-        self.out
-    }
-
     /// The integer of output `o`, input `i`.
     fn q(&self, o: usize, i: usize) -> i8 {
         self.packed[(((o / PANEL) * self.groups + i / 4) * PANEL + o % PANEL) * 4 + i % 4]

@@ -12,13 +12,18 @@ use super::bert::{BertConfig, ModelError, parse_safetensors, read_model_files, t
 use crate::config::EncoderPrecision;
 
 struct Dense {
-    /// `out` rows of `inp` values, as PyTorch stores it.
-    weight: Vec<f32>,
+    weight: DenseWeight,
     bias: Vec<f32>,
     inp: usize,
     out: usize,
-    /// The weight rounded to 8-bit integers, when the products run in them.
-    int8: Option<Int8Weight>,
+}
+
+/// A dense layer's weight in the arithmetic its product runs in.
+enum DenseWeight {
+    /// `out` rows of `inp` values, as PyTorch stores it.
+    F32(Vec<f32>),
+    /// The same rounded to 8-bit integers (the f32 values are not kept).
+    Int8(Int8Weight),
 }
 
 impl Dense {
@@ -29,14 +34,14 @@ impl Dense {
             weight.extend(tensor_f32(st, &format!("{p}.weight"), &[out, inp])?);
             bias.extend(tensor_f32(st, &format!("{p}.bias"), &[out])?);
         }
-        Ok(Dense { weight, bias, inp, out: prefixes.len() * out, int8: None })
+        Ok(Dense { weight: DenseWeight::F32(weight), bias, inp, out: prefixes.len() * out })
     }
 
     fn apply(&self, x: &[f32], rows: usize, out: &mut [f32], accumulate: bool) {
-        if let Some(w) = &self.int8 {
-            return linear_int8(x, rows, w, &self.bias, out, accumulate);
+        match &self.weight {
+            DenseWeight::F32(values) => linear(x, rows, Weight { values, inp: self.inp, out: self.out }, &self.bias, out, accumulate),
+            DenseWeight::Int8(w) => linear_int8(x, rows, w, &self.bias, out, accumulate),
         }
-        linear(x, rows, Weight { values: &self.weight, inp: self.inp, out: self.out }, &self.bias, out, accumulate);
     }
 }
 
@@ -110,7 +115,9 @@ impl CpuBert {
         if precision == EncoderPrecision::Int8 && int8_linear_available() {
             for layer in &mut self.layers {
                 for dense in [&mut layer.qkv, &mut layer.attn_out, &mut layer.intermediate, &mut layer.output] {
-                    dense.int8 = Some(Int8Weight::new(&dense.weight, dense.inp, dense.out));
+                    if let DenseWeight::F32(values) = &dense.weight {
+                        dense.weight = DenseWeight::Int8(Int8Weight::new(values, dense.inp, dense.out));
+                    }
                 }
             }
         }
@@ -119,9 +126,9 @@ impl CpuBert {
 
     /// The arithmetic the matrix products run in.
     pub fn precision(&self) -> EncoderPrecision {
-        match self.layers.first().and_then(|l| l.qkv.int8.as_ref()) {
-            Some(_) => EncoderPrecision::Int8,
-            None => EncoderPrecision::F32,
+        match self.layers.first().map(|l| &l.qkv.weight) {
+            Some(DenseWeight::Int8(_)) => EncoderPrecision::Int8,
+            _ => EncoderPrecision::F32,
         }
     }
 
