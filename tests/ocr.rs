@@ -1,6 +1,7 @@
-//! PP-OCRv5 in burn against onnxruntime (a fixture made once by
-//! tests/fixtures/make_ocr_reference.py): the detector's probability map and the recogniser's
-//! best class at every step, on burn's CPU backend and on wgpu (lavapipe here).
+//! PP-OCRv5 against onnxruntime (a fixture made once by tests/fixtures/make_ocr_reference.py):
+//! the detector's probability map and the recogniser's best class at every step, natively on
+//! the CPU, in burn's CPU backend and on wgpu (lavapipe here); and the native networks beside
+//! burn's on inputs the fixture does not have (a batch of lines, another page size).
 
 mod common;
 
@@ -74,8 +75,54 @@ fn the_networks_match_onnxruntime_on_wgpu() {
 }
 
 #[test]
+fn the_native_networks_match_onnxruntime() {
+    let engine = OcrEngine::load_native(&model_dir()).expect("OCR models load");
+    assert!(engine.is_native());
+    check_against_onnxruntime(&engine, "native");
+    // The element-wise nodes after each convolution run inside it: of the recogniser's 387
+    // nodes other than Identity, and the detector's 334, these are what is left.
+    let steps = |file: &str| ocr::NativeNetwork::load(&model_dir().join(file)).expect("loads").steps();
+    let (recogniser, detector) = (steps(ocr::RECOGNISER_FILE), steps(ocr::DETECTOR_FILE));
+    assert!(recogniser <= 387 / 2 && detector <= 334 / 2, "steps after fusion: recogniser {recogniser}, detector {detector}");
+}
+
+#[test]
+fn the_native_networks_agree_with_burns_on_a_batch_and_another_size() {
+    let native = OcrEngine::load_native(&model_dir()).expect("OCR models load");
+    let burn = OcrEngine::load(&model_dir(), &Device::flex()).expect("OCR models load");
+    let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
+    // The detector on the page scaled to another multiple of 32 than the fixture's.
+    let (w, h) = ocr::input_size(image.width(), image.height(), 0.77);
+    let input = detector_input(&image, w, h);
+    let (a, b) =
+        (native.probability_map(input.clone(), w as usize, h as usize).expect("native"), burn.probability_map(input, w as usize, h as usize).expect("burn"));
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(worst < 1e-3, "detector maps differ by up to {worst}");
+    assert!(a.iter().filter(|&&p| p > 0.3).count() > 100, "the scaled page still has text");
+    // Three lines of different widths in one batch, each padded to the widest.
+    let crops: Vec<image::RgbImage> = [(0u32, 200u32), (40, 330), (90, 123)]
+        .iter()
+        .map(|&(top, width)| {
+            image::imageops::crop_imm(&image, 5, top.min(image.height() - ocr::LINE_HEIGHT), width.min(image.width() - 5), ocr::LINE_HEIGHT).to_image()
+        })
+        .collect();
+    let width = crops.iter().map(|c| c.width()).max().expect("lines");
+    let slot = (3 * ocr::LINE_HEIGHT * width) as usize;
+    let mut input = vec![0.0f32; slot * crops.len()];
+    for (k, c) in crops.iter().enumerate() {
+        write_line_input(c, c.width(), width, &mut input[k * slot..(k + 1) * slot]);
+    }
+    let (na, np, ns) = native.best_classes(input.clone(), crops.len(), width as usize).expect("native");
+    let (ba, bp, bs) = burn.best_classes(input, crops.len(), width as usize).expect("burn");
+    assert_eq!((ns, &na), (bs, &ba), "best classes of a batch of lines");
+    let worst = np.iter().zip(&bp).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(worst < 1e-3, "line probabilities differ by up to {worst}");
+    assert!(na.iter().filter(|&&c| c != 0).count() > 10, "the lines hold characters, not only blanks");
+}
+
+#[test]
 fn a_whole_image_reads_as_its_three_lines_in_order() {
-    let engine = OcrEngine::load(&model_dir(), &Device::flex()).expect("OCR models load");
+    let engine = OcrEngine::load_native(&model_dir()).expect("OCR models load");
     let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
     let lines = engine.read(&image).expect("reads");
     let texts: Vec<String> = lines.iter().map(|l| l.text()).collect();

@@ -2,6 +2,7 @@
 //! without a GPU, and a plain-Rust reference for each that the tests compare against.
 
 mod attention;
+mod conv_cpu;
 mod decoder_cpu;
 mod dense_cpu;
 mod dense_int8;
@@ -13,6 +14,7 @@ mod maxsim_avx512;
 mod maxsim_candidates;
 mod maxsim_cpu;
 mod maxsim_gpu;
+mod pointwise_cpu;
 mod quant;
 pub mod testing;
 mod token_pooling;
@@ -20,6 +22,7 @@ mod topk;
 mod wgsl_layout;
 
 pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
+pub use conv_cpu::{ConvShape, PlaneEpilogue, batched_matmul, conv2d, conv2d_reference};
 pub use decoder_cpu::{GroupedShape, RopeLayout, causal_attention, causal_attention_reference, rms_norm, rotary_angles, rotate, silu_gate};
 pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention_cpu, layer_norm, linear, packed_attention_reference};
 pub use dense_int8::{Int8Weight, int8_linear_available, linear_int8, linear_int8_reference};
@@ -29,6 +32,7 @@ pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
 pub use maxsim_candidates::{CentroidTable, Codebook, PageCodes, candidates, centroid_scores, two_stage_top_k};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};
 pub use maxsim_gpu::{DevicePages, MaxSimKernel};
+pub use pointwise_cpu::{PointwiseOp, add_assign, apply_pointwise, softmax_rows};
 pub use quant::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, vnni_rounded};
 pub use token_pooling::pool_tokens;
 pub use topk::top_k;

@@ -47,6 +47,10 @@ pub struct BenchOcrArgs {
     /// Measure Evident's engine only.
     #[arg(long)]
     no_tesseract: bool,
+    /// On the CPU, also run burn's generated networks (the engine before the native one) on the
+    /// same pages, as a row of their own.
+    #[arg(long)]
+    burn_cpu: bool,
     /// Write each page's scores here, one JSON object a line.
     #[arg(long, value_name = "FILE")]
     pages_out: Option<PathBuf>,
@@ -91,38 +95,52 @@ pub fn run(ctx: &Context, args: BenchOcrArgs) -> Result<ExitCode> {
     }
     let device = evident::models::burn_device(args.backend.unwrap_or(ctx.config.compute.backend));
     let detect_px = args.detect_px.unwrap_or(ctx.config.ingest.ocr_detect_px);
-    let engine = OcrEngine::load(&ctx.config.models_dir.join(evident::ocr::MODEL_DIR), &device.device)?.with_detector_side(detect_px);
-    engine.read(&image::RgbImage::new(64, 64))?; // warm-up: first allocations, shaders on wgpu
-    let engine_label = format!("{OCR_ENGINE} (burn {})", if device.wgpu { "wgpu" } else { "flex CPU" });
+    let dir = ctx.config.models_dir.join(evident::ocr::MODEL_DIR);
+    let mut engines = vec![(
+        format!("{OCR_ENGINE} ({})", if device.wgpu { "burn wgpu" } else { "native CPU" }),
+        OcrEngine::load_on(&dir, &device)?.with_detector_side(detect_px),
+    )];
+    if args.burn_cpu && !device.wgpu {
+        engines.push((format!("{OCR_ENGINE} (burn flex CPU)"), OcrEngine::load(&dir, &burn::prelude::Device::flex())?.with_detector_side(detect_px)));
+    }
 
-    let mut page_rows = Vec::new();
-    let mut ours: BTreeMap<&str, EngineTotals> = BTreeMap::new();
+    let mut page_rows: Vec<serde_json::Value> = Vec::new();
+    let mut ours: Vec<BTreeMap<&str, EngineTotals>> = Vec::new();
     // Each page image's pixels a point, for Tesseract's boxes too.
     let mut scales = Vec::with_capacity(sample.len());
-    for (i, page) in sample.iter().enumerate() {
-        let started = Instant::now();
-        let image = image::load_from_memory(&page.png).context("a rendered page is not an image")?.to_rgb8();
-        let (lines, times) = engine.read_timed(&image)?;
-        let seconds = started.elapsed().as_secs_f64();
-        let scale = image.width() as f32 / page.width;
-        scales.push(scale);
-        let area = BoundingBox { x0: 0.0, y0: 0.0, x1: page.width, y1: image.height() as f32 / scale };
-        let words: Vec<Word> = ocr_text(&lines, &area, scale, &[]).blocks.into_iter().flat_map(|b| b.lines).flat_map(|l| l.words).collect();
-        let errors = page_errors(&page.reference, &words);
-        let t = ours.entry(page.kind).or_default();
-        t.errors.add(&errors);
-        t.pages += 1;
-        t.seconds += seconds;
-        t.detect += times.detect;
-        t.recognise += times.recognise;
-        page_rows.push(serde_json::json!({
-            "kind": page.kind, "pdf": page.path.display().to_string(), "page": page.number,
-            "evident": { "cer": errors.cer(), "wer": errors.wer(), "seconds": seconds, "lines": times.lines },
-        }));
-        let name = page.path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
-        eprint!("\r{engine_label}: {}/{} pages (last: {name} page {})\x1b[K", i + 1, sample.len(), page.number);
+    for (e, (engine_label, engine)) in engines.iter().enumerate() {
+        engine.read(&image::RgbImage::new(64, 64))?; // warm-up: first allocations, shaders on wgpu
+        let mut totals: BTreeMap<&str, EngineTotals> = BTreeMap::new();
+        for (i, page) in sample.iter().enumerate() {
+            let started = Instant::now();
+            let image = image::load_from_memory(&page.png).context("a rendered page is not an image")?.to_rgb8();
+            let (lines, times) = engine.read_timed(&image)?;
+            let seconds = started.elapsed().as_secs_f64();
+            let scale = image.width() as f32 / page.width;
+            if e == 0 {
+                scales.push(scale);
+            }
+            let area = BoundingBox { x0: 0.0, y0: 0.0, x1: page.width, y1: image.height() as f32 / scale };
+            let words: Vec<Word> = ocr_text(&lines, &area, scale, &[]).blocks.into_iter().flat_map(|b| b.lines).flat_map(|l| l.words).collect();
+            let errors = page_errors(&page.reference, &words);
+            let t = totals.entry(page.kind).or_default();
+            t.errors.add(&errors);
+            t.pages += 1;
+            t.seconds += seconds;
+            t.detect += times.detect;
+            t.recognise += times.recognise;
+            let scores = serde_json::json!({ "engine": engine_label, "cer": errors.cer(), "wer": errors.wer(), "seconds": seconds, "lines": times.lines });
+            if e == 0 {
+                page_rows.push(serde_json::json!({ "kind": page.kind, "pdf": page.path.display().to_string(), "page": page.number, "evident": scores }));
+            } else {
+                page_rows[i][format!("evident_{e}")] = scores;
+            }
+            let name = page.path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+            eprint!("\r{engine_label}: {}/{} pages (last: {name} page {})\x1b[K", i + 1, sample.len(), page.number);
+        }
+        eprintln!();
+        ours.push(totals);
     }
-    eprintln!();
 
     let mut theirs: BTreeMap<&str, EngineTotals> = BTreeMap::new();
     if let Some(version) = &tesseract {
@@ -152,7 +170,8 @@ pub fn run(ctx: &Context, args: BenchOcrArgs) -> Result<ExitCode> {
         }
     }
     let mut rows = Vec::new();
-    for (label, totals) in [(engine_label.as_str(), &ours), (tesseract.as_deref().unwrap_or(""), &theirs)] {
+    let labelled = engines.iter().map(|(label, _)| label.as_str()).zip(&ours).chain([(tesseract.as_deref().unwrap_or(""), &theirs)]);
+    for (label, totals) in labelled {
         if totals.is_empty() {
             continue;
         }

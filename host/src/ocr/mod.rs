@@ -1,13 +1,16 @@
-//! OCR: PP-OCRv5's text detector and recogniser, run in burn, for pages without a text layer.
-//! The networks are generated from the ONNX files set-up unpacks; pre- and post-processing
-//! (DB's boxes, CTC's decoding) are here in Rust.
+//! OCR: PP-OCRv5's text detector and recogniser for pages without a text layer, in burn on a
+//! GPU (networks generated from the ONNX files set-up unpacks) and natively on the CPU
+//! (`native`, read from the same files). Pre- and post-processing (DB's boxes, CTC's
+//! decoding) are here in Rust.
 
 mod detect;
+mod native;
 mod networks;
 mod recognise;
 pub mod weights;
 
 pub use detect::{DbSettings, PixelBox, detector_input, input_size, text_boxes};
+pub use native::{NativeNetwork, Tensor as NativeTensor};
 pub use recognise::{DecodedChar, DecodedLine, Dictionary, LINE_HEIGHT, STEP_COLUMNS, batch_width, ctc_greedy, scaled_width, write_line_input};
 
 use std::path::{Path, PathBuf};
@@ -98,26 +101,54 @@ fn worth_keeping(line: &DecodedLine) -> bool {
     line.confidence >= DROP_SCORE && line.chars.iter().any(|c| c.ch.is_alphanumeric())
 }
 
-/// PP-OCRv5's detector and recogniser, loaded on one burn device.
+/// Where the two networks run.
+enum Networks {
+    /// burn's generated networks on a burn device.
+    Burn { detector: Box<networks::detector::Model>, recogniser: Box<networks::recogniser::Model>, device: Device },
+    /// The native CPU networks.
+    Native { detector: NativeNetwork, recogniser: NativeNetwork },
+}
+
+/// PP-OCRv5's detector and recogniser, loaded on one burn device or natively on the CPU.
 pub struct OcrEngine {
-    detector: networks::detector::Model,
-    recogniser: networks::recogniser::Model,
+    networks: Networks,
     dictionary: Dictionary,
-    device: Device,
     settings: DbSettings,
     detector_side: u32,
 }
 
 impl OcrEngine {
-    /// Loads the networks from `dir` (set-up's `models/ppocrv5`), converting their weights on
-    /// first use.
+    /// Loads the networks from `dir` (set-up's `models/ppocrv5`) into burn on `device`,
+    /// converting their weights on first use.
     pub fn load(dir: &Path, device: &Device) -> Result<OcrEngine, OcrError> {
         let dictionary = Dictionary::load(&dir.join(DICTIONARY_FILE))?;
         let mut detector = networks::detector::Model::new(device);
         load_weights(&mut detector, &dir.join(DETECTOR_FILE))?;
         let mut recogniser = networks::recogniser::Model::new(device);
         load_weights(&mut recogniser, &dir.join(RECOGNISER_FILE))?;
-        Ok(OcrEngine { detector, recogniser, dictionary, device: device.clone(), settings: DbSettings::default(), detector_side: MAX_DETECTOR_SIDE })
+        Ok(OcrEngine::with_networks(Networks::Burn { detector: Box::new(detector), recogniser: Box::new(recogniser), device: device.clone() }, dictionary))
+    }
+
+    /// Loads the networks from `dir` as native CPU networks.
+    pub fn load_native(dir: &Path) -> Result<OcrEngine, OcrError> {
+        let dictionary = Dictionary::load(&dir.join(DICTIONARY_FILE))?;
+        let detector = NativeNetwork::load(&dir.join(DETECTOR_FILE))?;
+        let recogniser = NativeNetwork::load(&dir.join(RECOGNISER_FILE))?;
+        Ok(OcrEngine::with_networks(Networks::Native { detector, recogniser }, dictionary))
+    }
+
+    /// The engine for a compute device: burn on a wgpu one, the native networks on the CPU.
+    pub fn load_on(dir: &Path, device: &crate::models::ComputeDevice) -> Result<OcrEngine, OcrError> {
+        if device.wgpu { OcrEngine::load(dir, &device.device) } else { OcrEngine::load_native(dir) }
+    }
+
+    /// Whether the networks are the native CPU ones.
+    pub fn is_native(&self) -> bool {
+        matches!(self.networks, Networks::Native { .. })
+    }
+
+    fn with_networks(networks: Networks, dictionary: Dictionary) -> OcrEngine {
+        OcrEngine { networks, dictionary, settings: DbSettings::default(), detector_side: MAX_DETECTOR_SIDE }
     }
 
     /// The engine with its detector seeing images scaled down to at most `px` pixels on their
@@ -173,9 +204,14 @@ impl OcrEngine {
 
     /// The detector's text probability map for an input made by [`detector_input`].
     pub fn probability_map(&self, input: Vec<f32>, width: usize, height: usize) -> Result<Vec<f32>, OcrError> {
-        let x = Tensor::<4>::from_data(TensorData::new(input, [1, 3, height, width]), &self.device);
-        let prob = self.detector.forward(x);
-        prob.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| OcrError::Compute(format!("{e:?}")))
+        match &self.networks {
+            Networks::Burn { detector, device, .. } => {
+                let x = Tensor::<4>::from_data(TensorData::new(input, [1, 3, height, width]), device);
+                let prob = detector.forward(x);
+                prob.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| OcrError::Compute(format!("{e:?}")))
+            }
+            Networks::Native { detector, .. } => Ok(detector.run(NativeTensor::new(vec![1, 3, height, width], input)?)?.data),
+        }
     }
 
     /// Each crop's text, in batches of lines of similar width as PaddleOCR runs them. The
@@ -216,17 +252,37 @@ impl OcrEngine {
     /// The best class and its probability at every output step of each line, and the steps
     /// per line.
     pub fn best_classes(&self, input: Vec<f32>, lines: usize, width: usize) -> Result<(Vec<usize>, Vec<f32>, usize), OcrError> {
-        let x = Tensor::<4>::from_data(TensorData::new(input, [lines, 3, LINE_HEIGHT as usize, width]), &self.device);
-        let probs = self.recogniser.forward(x);
-        let [_, steps, classes] = probs.dims();
-        if classes != self.dictionary.len() {
-            return Err(OcrError::Dictionary { classes, dictionary: DICTIONARY_FILE.into(), entries: self.dictionary.len() });
+        let shape = [lines, 3, LINE_HEIGHT as usize, width];
+        let check = |classes: usize| match classes == self.dictionary.len() {
+            true => Ok(()),
+            false => Err(OcrError::Dictionary { classes, dictionary: DICTIONARY_FILE.into(), entries: self.dictionary.len() }),
+        };
+        match &self.networks {
+            Networks::Burn { recogniser, device, .. } => {
+                let probs = recogniser.forward(Tensor::<4>::from_data(TensorData::new(input, shape), device));
+                let [_, steps, classes] = probs.dims();
+                check(classes)?;
+                let (values, indices) = probs.max_dim_with_indices(2);
+                let err = |e| OcrError::Compute(format!("{e:?}"));
+                let best_prob = values.into_data().convert::<f32>().try_into_vec::<f32>().map_err(err)?;
+                let best = indices.into_data().convert::<i64>().try_into_vec::<i64>().map_err(err)?.into_iter().map(|i| i.max(0) as usize).collect();
+                Ok((best, best_prob, steps))
+            }
+            Networks::Native { recogniser, .. } => {
+                let probs = recogniser.run(NativeTensor::new(shape.to_vec(), input)?)?;
+                let [_, steps, classes] = probs.shape[..] else {
+                    return Err(OcrError::Compute(format!("the recogniser's output has shape {:?}", probs.shape)));
+                };
+                check(classes)?;
+                // The first of equal maxima, as burn's `max_dim_with_indices` picks.
+                let (best, best_prob) = probs
+                    .data
+                    .chunks(classes.max(1))
+                    .map(|row| row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }))
+                    .unzip();
+                Ok((best, best_prob, steps))
+            }
         }
-        let (values, indices) = probs.max_dim_with_indices(2);
-        let err = |e| OcrError::Compute(format!("{e:?}"));
-        let best_prob = values.into_data().convert::<f32>().try_into_vec::<f32>().map_err(err)?;
-        let best = indices.into_data().convert::<i64>().try_into_vec::<i64>().map_err(err)?.into_iter().map(|i| i.max(0) as usize).collect();
-        Ok((best, best_prob, steps))
     }
 }
 

@@ -1,0 +1,282 @@
+//! Image convolutions and batched matrix products on the CPU, for the OCR networks' native path.
+//!
+//! Tensors are NCHW, row-major. A 1x1 convolution is one matrix product per image; a depthwise
+//! one (a filter per channel) is summed directly, row slice by row slice, which the compiler
+//! vectorises; any other runs as im2col then a matrix product. Each output channel's plane is
+//! handed to an epilogue as soon as it is done, so the activations that follow a convolution
+//! cost no extra pass over memory.
+
+use gemm::{Parallelism, gemm};
+use rayon::prelude::*;
+
+/// A 2-D convolution's geometry (ONNX `Conv` attributes, with the input's channels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvShape {
+    pub c_in: usize,
+    pub c_out: usize,
+    pub groups: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: (usize, usize),
+    /// Padding before the first row and column.
+    pub pad_begin: (usize, usize),
+    /// Padding after the last row and column.
+    pub pad_end: (usize, usize),
+    pub dilation: (usize, usize),
+}
+
+impl ConvShape {
+    /// The output's height and width for an input of `h` × `w` (None when the kernel does not fit).
+    pub fn out_size(&self, h: usize, w: usize) -> Option<(usize, usize)> {
+        let span_h = self.dilation.0 * (self.kh.max(1) - 1) + 1;
+        let span_w = self.dilation.1 * (self.kw.max(1) - 1) + 1;
+        let ph = h + self.pad_begin.0 + self.pad_end.0;
+        let pw = w + self.pad_begin.1 + self.pad_end.1;
+        if ph < span_h || pw < span_w || self.stride.0 == 0 || self.stride.1 == 0 {
+            return None;
+        }
+        Some(((ph - span_h) / self.stride.0 + 1, (pw - span_w) / self.stride.1 + 1))
+    }
+
+    /// Input channels each filter reads.
+    pub fn c_in_per_group(&self) -> usize {
+        self.c_in / self.groups.max(1)
+    }
+
+    /// Values in the weight tensor (`c_out` × `c_in / groups` × `kh` × `kw`).
+    pub fn weight_len(&self) -> usize {
+        self.c_out * self.c_in_per_group() * self.kh * self.kw
+    }
+
+    fn is_valid(&self) -> bool {
+        self.groups > 0
+            && self.c_in.is_multiple_of(self.groups)
+            && self.c_out.is_multiple_of(self.groups)
+            && self.kh > 0
+            && self.kw > 0
+            && self.dilation.0 > 0
+            && self.dilation.1 > 0
+    }
+}
+
+/// What runs on each output plane once it is computed: the plane's channel, then its values.
+pub type PlaneEpilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// `out` (`n` × `c_out` × oh × ow) = the convolution of `x` (`n` × `c_in` × `h` × `w`) with
+/// `weight` plus `bias` (one per output channel, or empty), then `epilogue` on each plane.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d(x: &[f32], n: usize, h: usize, w: usize, weight: &[f32], bias: &[f32], s: &ConvShape, out: &mut [f32], epilogue: PlaneEpilogue<'_>) {
+    assert!(s.is_valid(), "a convolution's groups divide its channels: {s:?}");
+    let (oh, ow) = s.out_size(h, w).expect("the kernel fits the padded input");
+    assert_eq!(x.len(), n * s.c_in * h * w, "input is n × c_in × h × w");
+    assert_eq!(weight.len(), s.weight_len(), "weight is c_out × c_in/groups × kh × kw");
+    assert!(bias.is_empty() || bias.len() == s.c_out, "one bias per output channel");
+    assert_eq!(out.len(), n * s.c_out * oh * ow, "output is n × c_out × oh × ow");
+    let plane = oh * ow;
+    if plane == 0 || n == 0 || s.c_out == 0 {
+        return;
+    }
+    let bias_of = |c: usize| bias.get(c).copied().unwrap_or(0.0);
+    if s.groups == s.c_in && s.groups == s.c_out {
+        depthwise(x, h, w, weight, s, (oh, ow), out, &|c, p| {
+            let b = bias_of(c);
+            p.iter_mut().for_each(|v| *v += b);
+            epilogue(c, p)
+        });
+        return;
+    }
+    let pointwise = s.kh == 1 && s.kw == 1 && s.stride == (1, 1) && s.pad_begin == (0, 0) && s.pad_end == (0, 0);
+    let cg = s.c_in_per_group();
+    let og = s.c_out / s.groups;
+    let k = cg * s.kh * s.kw;
+    let mut columns = if pointwise { Vec::new() } else { vec![0.0f32; k * plane] };
+    // Images one after the other, each product split across the cores (splitting the batch
+    // instead measured no faster); bias and epilogue run on an image's planes while they are warm.
+    for (image, dst) in out.chunks_mut(s.c_out * plane).enumerate() {
+        for g in 0..s.groups {
+            let input = &x[(image * s.c_in + g * cg) * h * w..(image * s.c_in + (g + 1) * cg) * h * w];
+            let rhs: &[f32] = if pointwise {
+                input
+            } else {
+                im2col(input, cg, h, w, s, (oh, ow), &mut columns);
+                &columns
+            };
+            let lhs = &weight[g * og * k..(g + 1) * og * k];
+            // SAFETY: lhs is og × k, rhs is k × plane and the destination og × plane, all
+            // row-major and of exactly those lengths (checked above or built so).
+            unsafe { product(og, plane, k, &mut dst[g * og * plane..(g + 1) * og * plane], lhs, rhs, false, true) };
+        }
+        dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
+            if let Some(&b) = bias.get(c) {
+                p.iter_mut().for_each(|v| *v += b);
+            }
+            epilogue(c, p)
+        });
+    }
+}
+
+/// `dst (m × n) = lhs (m × k) · rhs (k × n)`, all row-major, plus `dst`'s values when
+/// `accumulate`; split across threads when `parallel` and the product is large enough.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product(m: usize, n: usize, k: usize, dst: &mut [f32], lhs: &[f32], rhs: &[f32], accumulate: bool, parallel: bool) {
+    debug_assert!(dst.len() == m * n && lhs.len() == m * k && rhs.len() == k * n);
+    if k == 0 {
+        if !accumulate {
+            dst.fill(0.0);
+        }
+        return;
+    }
+    let parallelism = if parallel && m * n * k >= 1 << 16 { Parallelism::Rayon(0) } else { Parallelism::None };
+    // SAFETY: see the caller; strides are (column, row) pairs of row-major matrices.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            1,
+            k as isize,
+            rhs.as_ptr(),
+            1,
+            n as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// The columns of one group's input: row `(c, ky, kx)` holds, for each output pixel, the input
+/// value its filter tap reads (zero in the padding).
+fn im2col(input: &[f32], channels: usize, h: usize, w: usize, s: &ConvShape, (oh, ow): (usize, usize), columns: &mut [f32]) {
+    columns.par_chunks_mut(oh * ow).enumerate().for_each(|(row, dst)| {
+        let c = row / (s.kh * s.kw);
+        let (ky, kx) = ((row / s.kw) % s.kh, row % s.kw);
+        debug_assert!(c < channels);
+        let src = &input[c * h * w..(c + 1) * h * w];
+        for oy in 0..oh {
+            let line = &mut dst[oy * ow..(oy + 1) * ow];
+            let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pad_begin.0 as isize;
+            if iy < 0 || iy >= h as isize {
+                line.fill(0.0);
+                continue;
+            }
+            let src_row = &src[iy as usize * w..(iy as usize + 1) * w];
+            for (ox, v) in line.iter_mut().enumerate() {
+                let ix = (ox * s.stride.1 + kx * s.dilation.1) as isize - s.pad_begin.1 as isize;
+                *v = if ix >= 0 && (ix as usize) < w { src_row[ix as usize] } else { 0.0 };
+            }
+        }
+    });
+}
+
+/// The output columns `ox` whose input column `ox·stride + offset - pad` lies in `0..w`.
+fn valid_columns(ow: usize, w: usize, stride: usize, offset: usize, pad: usize) -> std::ops::Range<usize> {
+    let first = pad.saturating_sub(offset).div_ceil(stride);
+    if w + pad <= offset {
+        return 0..0;
+    }
+    let last = (w - 1 + pad - offset) / stride; // inclusive
+    first.min(ow)..(last + 1).min(ow)
+}
+
+/// A filter per channel, summed straight from the input's rows.
+#[allow(clippy::too_many_arguments)]
+fn depthwise(x: &[f32], h: usize, w: usize, weight: &[f32], s: &ConvShape, (oh, ow): (usize, usize), out: &mut [f32], epilogue: PlaneEpilogue<'_>) {
+    let taps = s.kh * s.kw;
+    out.par_chunks_mut(oh * ow).enumerate().for_each(|(i, dst)| {
+        let c = i % s.c_out;
+        let src = &x[i * h * w..(i + 1) * h * w];
+        let filter = &weight[c * taps..(c + 1) * taps];
+        dst.fill(0.0);
+        for kx in 0..s.kw {
+            let columns = valid_columns(ow, w, s.stride.1, kx * s.dilation.1, s.pad_begin.1);
+            if columns.is_empty() {
+                continue;
+            }
+            let shift = columns.start * s.stride.1 + kx * s.dilation.1 - s.pad_begin.1;
+            for oy in 0..oh {
+                let line = &mut dst[oy * ow + columns.start..oy * ow + columns.end];
+                for ky in 0..s.kh {
+                    let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pad_begin.0 as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    let tap = filter[ky * s.kw + kx];
+                    let row = &src[iy as usize * w + shift..];
+                    if s.stride.1 == 1 {
+                        line.iter_mut().zip(row).for_each(|(o, v)| *o += tap * v);
+                    } else {
+                        line.iter_mut().zip(row.iter().step_by(s.stride.1)).for_each(|(o, v)| *o += tap * v);
+                    }
+                }
+            }
+        }
+        epilogue(c, dst);
+    });
+}
+
+/// The convolution summed in f64 straight from its definition, for tests.
+pub fn conv2d_reference(x: &[f32], n: usize, h: usize, w: usize, weight: &[f32], bias: &[f32], s: &ConvShape) -> Vec<f64> {
+    let (oh, ow) = s.out_size(h, w).expect("the kernel fits the padded input");
+    let (cg, og) = (s.c_in_per_group(), s.c_out / s.groups);
+    let mut out = vec![0.0f64; n * s.c_out * oh * ow];
+    for image in 0..n {
+        for co in 0..s.c_out {
+            let g = co / og;
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut sum = bias.get(co).map_or(0.0, |&b| f64::from(b));
+                    for ci in 0..cg {
+                        for ky in 0..s.kh {
+                            for kx in 0..s.kw {
+                                let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pad_begin.0 as isize;
+                                let ix = (ox * s.stride.1 + kx * s.dilation.1) as isize - s.pad_begin.1 as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let v = x[((image * s.c_in + g * cg + ci) * h + iy as usize) * w + ix as usize];
+                                let k = weight[((co * cg + ci) * s.kh + ky) * s.kw + kx];
+                                sum += f64::from(v) * f64::from(k);
+                            }
+                        }
+                    }
+                    out[((image * s.c_out + co) * oh + oy) * ow + ox] = sum;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `out[b] = a[b] (m × k) · b[b] (k × n)` for `batch` pairs, row-major; a side whose batch
+/// stride is 0 is the same matrix for every pair (a weight shared by a batch).
+#[allow(clippy::too_many_arguments)]
+pub fn batched_matmul(a: &[f32], a_stride: usize, b: &[f32], b_stride: usize, batch: usize, m: usize, k: usize, n: usize, out: &mut [f32]) {
+    assert_eq!(out.len(), batch * m * n, "output is batch × m × n");
+    assert!(batch == 0 || a.len() >= (batch - 1) * a_stride + m * k, "a holds batch × m × k");
+    assert!(batch == 0 || b.len() >= (batch - 1) * b_stride + k * n, "b holds batch × k × n");
+    if m * n == 0 {
+        return;
+    }
+
+    if a_stride == m * k && b_stride == 0 {
+        // One weight for every pair: a single product over all the rows at once.
+        // SAFETY: a is (batch·m) × k, b is k × n and out (batch·m) × n, row-major.
+        unsafe { product(batch * m, n, k, out, &a[..batch * m * k], &b[..k * n], false, true) };
+        return;
+    }
+    out.par_chunks_mut(m * n).enumerate().for_each(|(i, dst)| {
+        let lhs = &a[i * a_stride..i * a_stride + m * k];
+        let rhs = &b[i * b_stride..i * b_stride + k * n];
+        // SAFETY: lhs m × k, rhs k × n, dst m × n, row-major slices of those lengths.
+        unsafe { product(m, n, k, dst, lhs, rhs, false, batch == 1) };
+    });
+}
