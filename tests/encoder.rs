@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use burn::prelude::Device;
-use evident::config::EncoderPrecision;
+use evident::config::CpuPrecision;
 use evident::models::{Bert, CpuBert, TextEncoder, burn_attention, wgsl_attention};
 
 fn model_dir() -> PathBuf {
@@ -118,8 +118,8 @@ fn native_and_burn_cpu_encoders_give_the_same_token_vectors_for_real_pages() {
 
 #[test]
 fn int8_encoder_stays_near_the_f32_one() {
-    let int8 = TextEncoder::load_native(&model_dir(), EncoderPrecision::Int8).expect("int8 loads");
-    if int8.precision() != EncoderPrecision::Int8 {
+    let int8 = TextEncoder::load_native(&model_dir(), CpuPrecision::Int8).expect("int8 loads");
+    if int8.precision() != CpuPrecision::Int8 {
         // The kernel's own tests check the product on every CPU; here the f32 network ran.
         eprintln!("no AVX-512 VNNI: the encoder fell back to f32, as it reports");
         return;

@@ -8,7 +8,11 @@ mod common;
 use std::path::PathBuf;
 
 use burn::prelude::Device;
+use evident::config::CpuPrecision;
 use evident::ocr::{self, OcrEngine, detector_input, write_line_input};
+
+/// How far int8 products may move a probability from onnxruntime's f32 one.
+const INT8_TOLERANCE: f64 = 0.05;
 
 fn model_dir() -> PathBuf {
     common::repo_root().join(".evident/models").join(ocr::MODEL_DIR)
@@ -23,7 +27,7 @@ fn numbers(v: &serde_json::Value) -> Vec<f64> {
     v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()
 }
 
-fn check_against_onnxruntime(engine: &OcrEngine, backend: &str) {
+fn check_against_onnxruntime(engine: &OcrEngine, backend: &str, tolerance: f64) {
     let fixture = reference();
     let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
     let (w, h) = (fixture["width"].as_u64().expect("width") as usize, fixture["height"].as_u64().expect("height") as usize);
@@ -35,7 +39,19 @@ fn check_against_onnxruntime(engine: &OcrEngine, backend: &str) {
     let got: Vec<f64> = (0..h).step_by(stride).flat_map(|y| (0..w).step_by(stride).map(move |x| (y, x))).map(|(y, x)| f64::from(prob[y * w + x])).collect();
     assert_eq!(got.len(), want.len());
     let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    assert!(worst < 2e-3, "{backend}: the detector's probabilities differ from onnxruntime's by up to {worst}");
+    if tolerance < INT8_TOLERANCE {
+        assert!(worst < tolerance, "{backend}: the detector's probabilities differ from onnxruntime's by up to {worst}");
+    } else {
+        // Rounded products move single pixels on the steep edges of the text (by up to a
+        // quarter here); what the boxes are made of, the text mask, and the mean stay put.
+        let mean = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f64>() / got.len() as f64;
+        let flipped = got.iter().zip(&want).filter(|(a, b)| (**a > 0.3) != (**b > 0.3)).count();
+        assert!(
+            mean < 0.01 && flipped * 100 <= got.len(),
+            "{backend}: detector mean difference {mean}, {flipped} of {} pixels on the other side of 0.3 (worst {worst})",
+            got.len()
+        );
+    }
     let text_pixels = want.iter().filter(|&&p| p > 0.3).count();
     assert!(text_pixels > 100, "the fixture has text for the detector to find ({text_pixels} pixels)");
 
@@ -50,7 +66,7 @@ fn check_against_onnxruntime(engine: &OcrEngine, backend: &str) {
     let want_best: Vec<usize> = numbers(&fixture["rec_argmax"]).into_iter().map(|v| v as usize).collect();
     assert_eq!(best, want_best, "{backend}: the recogniser's best class differs from onnxruntime's");
     let worst = best_prob.iter().zip(numbers(&fixture["rec_max"])).map(|(a, b)| (f64::from(*a) - b).abs()).fold(0.0, f64::max);
-    assert!(worst < 2e-3, "{backend}: the recogniser's probabilities differ from onnxruntime's by up to {worst}");
+    assert!(worst < tolerance, "{backend}: the recogniser's probabilities differ from onnxruntime's by up to {worst}");
     let text = engine.recognise_input(vec_line(&line, width), 1, width as usize).expect("decodes")[0].text();
     assert_eq!(text, "Revenue grew 12.5% in 2023", "{backend}: the decoded line");
 }
@@ -64,31 +80,31 @@ fn vec_line(line: &image::RgbImage, width: u32) -> Vec<f32> {
 #[test]
 fn the_networks_match_onnxruntime_on_the_cpu() {
     let engine = OcrEngine::load(&model_dir(), &Device::flex()).expect("OCR models load");
-    check_against_onnxruntime(&engine, "flex");
+    check_against_onnxruntime(&engine, "flex", 2e-3);
 }
 
 #[test]
 fn the_networks_match_onnxruntime_on_wgpu() {
     let device = Device::wgpu(burn::prelude::DeviceKind::DefaultDevice);
     let engine = OcrEngine::load(&model_dir(), &device).expect("OCR models load");
-    check_against_onnxruntime(&engine, "wgpu");
+    check_against_onnxruntime(&engine, "wgpu", 2e-3);
 }
 
 #[test]
 fn the_native_networks_match_onnxruntime() {
-    let engine = OcrEngine::load_native(&model_dir()).expect("OCR models load");
+    let engine = OcrEngine::load_native(&model_dir(), CpuPrecision::F32).expect("OCR models load");
     assert!(engine.is_native());
-    check_against_onnxruntime(&engine, "native");
+    check_against_onnxruntime(&engine, "native", 2e-3);
     // The element-wise nodes after each convolution run inside it: of the recogniser's 387
     // nodes other than Identity, and the detector's 334, these are what is left.
-    let steps = |file: &str| ocr::NativeNetwork::load(&model_dir().join(file)).expect("loads").steps();
+    let steps = |file: &str| ocr::NativeNetwork::load(&model_dir().join(file), CpuPrecision::F32).expect("loads").steps();
     let (recogniser, detector) = (steps(ocr::RECOGNISER_FILE), steps(ocr::DETECTOR_FILE));
     assert!(recogniser <= 387 / 2 && detector <= 334 / 2, "steps after fusion: recogniser {recogniser}, detector {detector}");
 }
 
 #[test]
 fn the_native_networks_agree_with_burns_on_a_batch_and_another_size() {
-    let native = OcrEngine::load_native(&model_dir()).expect("OCR models load");
+    let native = OcrEngine::load_native(&model_dir(), CpuPrecision::F32).expect("OCR models load");
     let burn = OcrEngine::load(&model_dir(), &Device::flex()).expect("OCR models load");
     let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
     // The detector on the page scaled to another multiple of 32 than the fixture's.
@@ -121,8 +137,27 @@ fn the_native_networks_agree_with_burns_on_a_batch_and_another_size() {
 }
 
 #[test]
+fn int8_networks_read_the_fixture_as_onnxruntime_does_and_stay_near_f32() {
+    let int8 = OcrEngine::load_native(&model_dir(), CpuPrecision::Int8).expect("OCR models load");
+    if !int8.is_int8() {
+        // The kernels' own tests check the int8 products on every CPU; here f32 would run.
+        eprintln!("no AVX-512 VNNI: OCR's products fell back to f32, as the engine reports");
+        return;
+    }
+    check_against_onnxruntime(&int8, "native int8", INT8_TOLERANCE);
+    let f32 = OcrEngine::load_native(&model_dir(), CpuPrecision::F32).expect("OCR models load");
+    let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
+    let texts = |e: &OcrEngine| e.read(&image).expect("reads").iter().map(|l| (l.text(), l.confidence)).collect::<Vec<_>>();
+    let (a, b) = (texts(&int8), texts(&f32));
+    assert_eq!(a.iter().map(|l| &l.0).collect::<Vec<_>>(), b.iter().map(|l| &l.0).collect::<Vec<_>>(), "the same lines");
+    for ((text, ca), (_, cb)) in a.iter().zip(&b) {
+        assert!((ca - cb).abs() < 0.02, "{text:?}: confidence {ca} in int8 against {cb} in f32");
+    }
+}
+
+#[test]
 fn a_whole_image_reads_as_its_three_lines_in_order() {
-    let engine = OcrEngine::load_native(&model_dir()).expect("OCR models load");
+    let engine = OcrEngine::load_native(&model_dir(), CpuPrecision::F32).expect("OCR models load");
     let image = image::open(common::repo_root().join("tests/fixtures/ocr_reference.png")).expect("fixture image").to_rgb8();
     let lines = engine.read(&image).expect("reads");
     let texts: Vec<String> = lines.iter().map(|l| l.text()).collect();

@@ -29,10 +29,10 @@ pub enum ComputeBackend {
     Cpu,
 }
 
-/// The arithmetic of the text encoder's matrix products on the CPU.
+/// The arithmetic of a network's matrix products on the CPU (the text encoder's, OCR's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum EncoderPrecision {
+pub enum CpuPrecision {
     /// 32-bit floats, as the model was trained.
     F32,
     /// Weights and inputs rounded to 8-bit integers, summed exactly (AVX-512 VNNI; f32 on a
@@ -154,7 +154,9 @@ pub struct StageLimits {
 pub struct ComputeConfig {
     pub backend: ComputeBackend,
     /// The encoder's products on the CPU (a GPU runs f32).
-    pub encoder_precision: EncoderPrecision,
+    pub encoder_precision: CpuPrecision,
+    /// OCR's 1x1 convolutions and constant products on the CPU (a GPU runs f32).
+    pub ocr_precision: CpuPrecision,
     /// Memory for page vectors kept between questions, in MiB (0: read them for every search).
     pub vector_cache_mib: u64,
     /// Memory for enrich artifacts kept between questions, in MiB (0: read them for every call).

@@ -9,6 +9,8 @@
 use gemm::{Parallelism, gemm};
 use rayon::prelude::*;
 
+use crate::dense_int8::{Int8Weight, linear_int8};
+
 /// A 2-D convolution's geometry (ONNX `Conv` attributes, with the input's channels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvShape {
@@ -106,6 +108,71 @@ pub fn conv2d(x: &[f32], n: usize, h: usize, w: usize, weight: &[f32], bias: &[f
             // row-major and of exactly those lengths (checked above or built so).
             unsafe { product(og, plane, k, &mut dst[g * og * plane..(g + 1) * og * plane], lhs, rhs, false, true) };
         }
+        dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
+            if let Some(&b) = bias.get(c) {
+                p.iter_mut().for_each(|v| *v += b);
+            }
+            epilogue(c, p)
+        });
+    }
+}
+
+/// A 1x1 convolution (one group, stride 1, no padding) in 8-bit integers, straight in NCHW:
+/// each image's pixels (`c_in` × `plane` of `x`), smoothed per channel, are rounded per pixel
+/// and packed as the [`linear_int8`] weight (one output per pixel), and the filter (`c_out` ×
+/// `c_in`, `weight`, the smoothing folded in) is its input, rounded per output channel; so
+/// `out` (`n` × `c_out` × `plane`) comes out in place, then `bias` and `epilogue` run on each
+/// plane.
+#[allow(clippy::too_many_arguments)]
+pub fn pointwise_conv_int8(
+    x: &[f32],
+    n: usize,
+    c_in: usize,
+    plane: usize,
+    weight: &[f32],
+    c_out: usize,
+    bias: &[f32],
+    out: &mut [f32],
+    epilogue: PlaneEpilogue<'_>,
+) {
+    assert_eq!(x.len(), n * c_in * plane, "input is n × c_in × plane");
+    assert_eq!(weight.len(), c_out * c_in, "the filter is c_out × c_in");
+    assert!(bias.is_empty() || bias.len() == c_out, "one bias per output channel");
+    assert_eq!(out.len(), n * c_out * plane, "output is n × c_out × plane");
+    if plane == 0 || c_out == 0 {
+        return;
+    }
+    let zeros = vec![0.0f32; plane];
+    // Each input channel's largest filter weight, for the smoothing below.
+    let mut w_max = vec![0.0f32; c_in];
+    for row in weight.chunks(c_in.max(1)) {
+        w_max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+    }
+    let mut smoothed_weight = vec![0.0f32; weight.len()];
+    let mut smoothed = vec![0.0f32; c_in * plane];
+    for (image, dst) in out.chunks_mut(c_out * plane).enumerate() {
+        // A pixel's channels share one scale when rounded, so one loud channel would flatten
+        // the rest: each channel is divided by s = sqrt(its largest value / its largest
+        // weight) and its weights multiplied by s (SmoothQuant's migration, alpha 0.5, taken
+        // from this image), which leaves the exact product unchanged.
+        let img = &x[image * c_in * plane..(image + 1) * c_in * plane];
+        let s: Vec<f32> = img
+            .chunks(plane)
+            .zip(&w_max)
+            .map(|(channel, &wm)| {
+                let xm = channel.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                if xm > 0.0 && wm > 0.0 { (xm / wm).sqrt() } else { 1.0 }
+            })
+            .collect();
+        smoothed.par_chunks_mut(plane).zip(img.par_chunks(plane)).zip(&s).for_each(|((d, src), &s)| {
+            let inv = 1.0 / s;
+            d.iter_mut().zip(src).for_each(|(d, v)| *d = v * inv);
+        });
+        for (d, w) in smoothed_weight.chunks_mut(c_in.max(1)).zip(weight.chunks(c_in.max(1))) {
+            d.iter_mut().zip(w).zip(&s).for_each(|((d, w), s)| *d = w * s);
+        }
+        let pixels = Int8Weight::from_columns(&smoothed, c_in, plane);
+        linear_int8(&smoothed_weight, c_out, &pixels, &zeros, dst, false);
         dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
             if let Some(&b) = bias.get(c) {
                 p.iter_mut().for_each(|v| *v += b);

@@ -55,6 +55,53 @@ impl Int8Weight {
         Int8Weight { inp, out, groups, packed, scale, offset_sum }
     }
 
+    /// [`Int8Weight::new`] of the transpose of `values` (`inp` × `out`, row-major: column `o`
+    /// holds output `o`'s weights), rounded identically without building the transpose. A 1x1
+    /// convolution's input (channels × pixels) is packed this way, each pixel an output.
+    pub fn from_columns(values: &[f32], inp: usize, out: usize) -> Int8Weight {
+        assert_eq!(values.len(), inp * out, "values are inp × out");
+        let groups = inp.div_ceil(4);
+        let panels = out.div_ceil(PANEL);
+        // Each output's largest magnitude, taken in bands of outputs so the cores share it.
+        let mut amax = vec![0.0f32; out];
+        amax.par_chunks_mut(PANEL * 16).enumerate().for_each(|(band, m)| {
+            let first = band * PANEL * 16;
+            let width = m.len();
+            for row in values.chunks(out.max(1)) {
+                m.iter_mut().zip(&row[first..first + width]).for_each(|(m, v)| *m = m.max(v.abs()));
+            }
+        });
+        // The same arithmetic as `round_row`, so that both constructors give the same integers.
+        let scale: Vec<f32> = amax.iter().map(|m| m / 127.0).collect();
+        let inv: Vec<f32> = scale.iter().map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 }).collect();
+        let mut packed = vec![0i8; panels * groups * PANEL * 4];
+        let mut offset_sum = vec![0i32; out];
+        if groups == 0 {
+            return Int8Weight { inp, out, groups, packed, scale, offset_sum };
+        }
+        packed.par_chunks_mut(groups * PANEL * 4).zip(offset_sum.par_chunks_mut(PANEL)).enumerate().for_each(|(panel, (chunk, sums))| {
+            let first = panel * PANEL;
+            let lanes = sums.len();
+            let inv = &inv[first..first + lanes];
+            for (g, dst) in chunk.chunks_exact_mut(PANEL * 4).enumerate() {
+                // Four inputs of each output side by side, as the kernel reads them.
+                let mut q = [[0i8; 4]; PANEL];
+                for j in 0..4.min(inp - 4 * g) {
+                    let i = 4 * g + j;
+                    let row = &values[i * out + first..i * out + first + lanes];
+                    for ((q, &v), &r) in q.iter_mut().zip(row).zip(inv) {
+                        q[j] = round_even(v * r) as i8;
+                    }
+                }
+                for ((d, q), sum) in dst.chunks_exact_mut(4).zip(&q).zip(sums.iter_mut()) {
+                    d.copy_from_slice(q);
+                    *sum += 128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
+                }
+            }
+        });
+        Int8Weight { inp, out, groups, packed, scale, offset_sum }
+    }
+
     /// The integer of output `o`, input `i`.
     fn q(&self, o: usize, i: usize) -> i8 {
         self.packed[(((o / PANEL) * self.groups + i / 4) * PANEL + o % PANEL) * 4 + i % 4]
@@ -67,6 +114,15 @@ fn round_row(row: &[f32]) -> (Vec<i8>, f32) {
     let scale = amax / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     (row.iter().map(|v| (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8).collect(), scale)
+}
+
+/// `v` clamped to ±127 and rounded to the nearest integer, ties to even: what
+/// `round_ties_even` gives, but by adding and taking off 1.5 · 2²³ (exact for |v| < 2²²), which
+/// vectorises where the library call would not.
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    (v.clamp(-127.0, 127.0) + SHIFT) - SHIFT
 }
 
 /// Inputs rounded per row and offset to unsigned bytes, each row padded to whole groups of 4.

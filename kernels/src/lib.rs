@@ -22,7 +22,7 @@ mod topk;
 mod wgsl_layout;
 
 pub use attention::{fused_attention, fused_attention_into, fused_causal_attention, fused_causal_attention_into};
-pub use conv_cpu::{ConvShape, PlaneEpilogue, batched_matmul, conv2d, conv2d_reference};
+pub use conv_cpu::{ConvShape, PlaneEpilogue, batched_matmul, conv2d, conv2d_reference, pointwise_conv_int8};
 pub use decoder_cpu::{GroupedShape, RopeLayout, causal_attention, causal_attention_reference, rms_norm, rotary_angles, rotate, silu_gate};
 pub use dense_cpu::{AttentionShape, SequenceSpan, Weight, attention as attention_cpu, layer_norm, linear, packed_attention_reference};
 pub use dense_int8::{Int8Weight, int8_linear_available, linear_int8, linear_int8_reference};

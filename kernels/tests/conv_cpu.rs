@@ -3,7 +3,7 @@
 //! epilogue seeing every plane once with its channel.
 
 use evident_kernels::testing::{Noise, assert_all_close};
-use evident_kernels::{ConvShape, batched_matmul, conv2d, conv2d_reference};
+use evident_kernels::{ConvShape, Int8Weight, batched_matmul, conv2d, conv2d_reference, linear_int8, linear_int8_reference, pointwise_conv_int8};
 
 fn shape(
     c_in: usize,
@@ -84,5 +84,42 @@ fn batched_products_match_plain_sums() {
             }
         }
         assert_all_close(&format!("{batch}x{m}x{k}x{n} shared {shared}"), &out, &want, 1e-5, 1e-5);
+    }
+}
+
+#[test]
+fn int8_pointwise_convolutions_equal_the_rounded_product_of_each_pixel() {
+    let mut rng = Noise::new(43);
+    for (n, c_in, c_out, plane) in [(2usize, 13usize, 7usize, 33usize), (1, 64, 70, 100), (3, 5, 1, 1), (1, 3, 65, 47), (1, 0, 3, 5)] {
+        let x = rng.uniform(n * c_in * plane);
+        let weight = rng.uniform(c_out * c_in);
+        let bias = rng.uniform(c_out);
+        let mut out = vec![f32::NAN; n * c_out * plane];
+        pointwise_conv_int8(&x, n, c_in, plane, &weight, c_out, &bias, &mut out, &|c, p| p.iter_mut().for_each(|v| *v += c as f32));
+        // The reference: the filter's rows times each pixel's channels (as weight rows), both
+        // rounded, through the plain int8 product; and the packing from columns equal to
+        // packing the transposed pixels.
+        let mut want = vec![0.0f64; out.len()];
+        for image in 0..n {
+            let img = &x[image * c_in * plane..(image + 1) * c_in * plane];
+            let pixel_rows: Vec<f32> = (0..plane).flat_map(|p| (0..c_in).map(move |c| img[c * plane + p])).collect();
+            let mut sums = vec![0.0f32; c_out * plane];
+            linear_int8_reference(&weight, c_out, &pixel_rows, c_in, &vec![0.0; plane], &mut sums, false);
+            let (mut a, mut b) = (vec![0.0f32; c_out * plane], vec![0.0f32; c_out * plane]);
+            linear_int8(&weight, c_out, &Int8Weight::from_columns(img, c_in, plane), &vec![0.0; plane], &mut a, false);
+            linear_int8(&weight, c_out, &Int8Weight::new(&pixel_rows, c_in, plane), &vec![0.0; plane], &mut b, false);
+            assert_eq!(a, b, "packing from columns is packing the transpose");
+            for c in 0..c_out {
+                for p in 0..plane {
+                    want[(image * c_out + c) * plane + p] = f64::from(sums[c * plane + p]) + f64::from(bias[c]) + c as f64;
+                }
+            }
+        }
+        assert_all_close(&format!("{n}x{c_in}->{c_out} over {plane}"), &out, &want, 1e-5, 1e-5);
+        // And near the f32 convolution: rounding costs under 2 % of the sums' spread.
+        let s = shape(c_in, c_out, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1));
+        let exact: Vec<f64> = conv2d_reference(&x, n, 1, plane, &weight, &bias, &s).iter().enumerate().map(|(i, v)| v + ((i / plane) % c_out) as f64).collect();
+        let spread = exact.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert_all_close(&format!("{n}x{c_in}->{c_out} near f32"), &out, &exact, 0.0, 0.02 * spread + 1e-3);
     }
 }

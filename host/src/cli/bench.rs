@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, bail};
 use burn::prelude::Device;
 use clap::{Args, Subcommand};
-use evident::config::EncoderPrecision;
+use evident::config::CpuPrecision;
 use evident::ingest::collect_pdfs;
 use evident::models::{TextEncoder, burn_attention, wgsl_attention};
 
@@ -182,8 +182,8 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
         let (label, encoder) = match backend.as_str() {
             "cpu" => ("evident, native CPU", TextEncoder::load(&dir, &Device::flex())?),
             "cpu-int8" => {
-                let encoder = TextEncoder::load_native(&dir, EncoderPrecision::Int8)?;
-                if encoder.precision() != EncoderPrecision::Int8 {
+                let encoder = TextEncoder::load_native(&dir, CpuPrecision::Int8)?;
+                if encoder.precision() != CpuPrecision::Int8 {
                     eprintln!("cpu-int8 skipped: this CPU has no AVX-512 VNNI");
                     continue;
                 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use evident::config::ComputeBackend;
+use evident::config::CpuPrecision;
 use evident::eval::ocr_errors::{OcrErrorCounts, page_errors};
 use evident::ingest::{OCR_ENGINE, OCR_MAX_DPI, collect_pdfs, ocr_text};
 use evident::ocr::OcrEngine;
@@ -47,6 +48,9 @@ pub struct BenchOcrArgs {
     /// Measure Evident's engine only.
     #[arg(long)]
     no_tesseract: bool,
+    /// On the CPU, the native networks' products: a row for each (default: `compute.ocr_precision`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    precisions: Vec<CpuPrecision>,
     /// On the CPU, also run burn's generated networks (the engine before the native one) on the
     /// same pages, as a row of their own.
     #[arg(long)]
@@ -96,10 +100,16 @@ pub fn run(ctx: &Context, args: BenchOcrArgs) -> Result<ExitCode> {
     let device = evident::models::burn_device(args.backend.unwrap_or(ctx.config.compute.backend));
     let detect_px = args.detect_px.unwrap_or(ctx.config.ingest.ocr_detect_px);
     let dir = ctx.config.models_dir.join(evident::ocr::MODEL_DIR);
-    let mut engines = vec![(
-        format!("{OCR_ENGINE} ({})", if device.wgpu { "burn wgpu" } else { "native CPU" }),
-        OcrEngine::load_on(&dir, &device)?.with_detector_side(detect_px),
-    )];
+    let mut engines = Vec::new();
+    if device.wgpu {
+        engines.push((format!("{OCR_ENGINE} (burn wgpu)"), OcrEngine::load(&dir, &device.device)?.with_detector_side(detect_px)));
+    } else {
+        let precisions = if args.precisions.is_empty() { vec![ctx.config.compute.ocr_precision] } else { args.precisions.clone() };
+        for precision in precisions {
+            let engine = OcrEngine::load_native(&dir, precision)?.with_detector_side(detect_px);
+            engines.push((format!("{OCR_ENGINE} (native CPU, {})", if engine.is_int8() { "int8" } else { "f32" }), engine));
+        }
+    }
     if args.burn_cpu && !device.wgpu {
         engines.push((format!("{OCR_ENGINE} (burn flex CPU)"), OcrEngine::load(&dir, &burn::prelude::Device::flex())?.with_detector_side(detect_px)));
     }

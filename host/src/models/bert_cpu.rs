@@ -9,7 +9,7 @@ use evident_kernels::{AttentionShape, Int8Weight, SequenceSpan, Weight, attentio
 use safetensors::SafeTensors;
 
 use super::bert::{BertConfig, ModelError, parse_safetensors, read_model_files, tensor_f32};
-use crate::config::EncoderPrecision;
+use crate::config::CpuPrecision;
 
 struct Dense {
     weight: DenseWeight,
@@ -111,8 +111,8 @@ impl CpuBert {
     /// The same network with its dense layers' products in `precision`; int8 only where the
     /// CPU has AVX-512 VNNI (elsewhere they stay f32, which [`CpuBert::precision`] then
     /// reports). Attention's products stay f32.
-    pub fn with_precision(mut self, precision: EncoderPrecision) -> CpuBert {
-        if precision == EncoderPrecision::Int8 && int8_linear_available() {
+    pub fn with_precision(mut self, precision: CpuPrecision) -> CpuBert {
+        if precision == CpuPrecision::Int8 && int8_linear_available() {
             for layer in &mut self.layers {
                 for dense in [&mut layer.qkv, &mut layer.attn_out, &mut layer.intermediate, &mut layer.output] {
                     if let DenseWeight::F32(values) = &dense.weight {
@@ -125,10 +125,10 @@ impl CpuBert {
     }
 
     /// The arithmetic the matrix products run in.
-    pub fn precision(&self) -> EncoderPrecision {
+    pub fn precision(&self) -> CpuPrecision {
         match self.layers.first().map(|l| &l.qkv.weight) {
-            Some(DenseWeight::Int8(_)) => EncoderPrecision::Int8,
-            _ => EncoderPrecision::F32,
+            Some(DenseWeight::Int8(_)) => CpuPrecision::Int8,
+            _ => CpuPrecision::F32,
         }
     }
 

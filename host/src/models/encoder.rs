@@ -8,7 +8,7 @@ use tokenizers::Tokenizer;
 
 use super::bert::{AttentionFn, Bert, ModelError};
 use super::bert_cpu::CpuBert;
-use crate::config::EncoderPrecision;
+use crate::config::CpuPrecision;
 
 /// Longest window the model sees, special tokens included (sentence-transformers' limit).
 pub const MAX_WINDOW: usize = 256;
@@ -68,14 +68,14 @@ impl TextEncoder {
     /// CPU device gets the native CPU network, any other burn's with its own attention.
     pub fn load(dir: &Path, device: &Device) -> Result<TextEncoder, ModelError> {
         if *device == Device::flex() {
-            return TextEncoder::load_native(dir, EncoderPrecision::F32);
+            return TextEncoder::load_native(dir, CpuPrecision::F32);
         }
         TextEncoder::load_with_attention(dir, device, Box::new(super::bert::burn_attention))
     }
 
     /// Loads the native CPU network with its matrix products in `precision` (f32 where the CPU
     /// cannot run int8 quickly; [`TextEncoder::precision`] says which it got).
-    pub fn load_native(dir: &Path, precision: EncoderPrecision) -> Result<TextEncoder, ModelError> {
+    pub fn load_native(dir: &Path, precision: CpuPrecision) -> Result<TextEncoder, ModelError> {
         TextEncoder::with_network(dir, Network::Cpu(CpuBert::load(dir)?.with_precision(precision)))
     }
 
@@ -95,9 +95,9 @@ impl TextEncoder {
     }
 
     /// The arithmetic of the matrix products (burn's networks run f32).
-    pub fn precision(&self) -> EncoderPrecision {
+    pub fn precision(&self) -> CpuPrecision {
         match &self.network {
-            Network::Burn { .. } => EncoderPrecision::F32,
+            Network::Burn { .. } => CpuPrecision::F32,
             Network::Cpu(bert) => bert.precision(),
         }
     }

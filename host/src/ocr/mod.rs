@@ -22,6 +22,7 @@ use image::RgbImage;
 use rayon::prelude::*;
 use thiserror::Error;
 
+use crate::config::CpuPrecision;
 use crate::error::{Classified, ErrorKind};
 
 /// The folder under the models folder where set-up puts PP-OCRv5.
@@ -129,22 +130,28 @@ impl OcrEngine {
         Ok(OcrEngine::with_networks(Networks::Burn { detector: Box::new(detector), recogniser: Box::new(recogniser), device: device.clone() }, dictionary))
     }
 
-    /// Loads the networks from `dir` as native CPU networks.
-    pub fn load_native(dir: &Path) -> Result<OcrEngine, OcrError> {
+    /// Loads the networks from `dir` as native CPU networks whose products run in `precision`.
+    pub fn load_native(dir: &Path, precision: CpuPrecision) -> Result<OcrEngine, OcrError> {
         let dictionary = Dictionary::load(&dir.join(DICTIONARY_FILE))?;
-        let detector = NativeNetwork::load(&dir.join(DETECTOR_FILE))?;
-        let recogniser = NativeNetwork::load(&dir.join(RECOGNISER_FILE))?;
+        let detector = NativeNetwork::load(&dir.join(DETECTOR_FILE), precision)?;
+        let recogniser = NativeNetwork::load(&dir.join(RECOGNISER_FILE), precision)?;
         Ok(OcrEngine::with_networks(Networks::Native { detector, recogniser }, dictionary))
     }
 
-    /// The engine for a compute device: burn on a wgpu one, the native networks on the CPU.
-    pub fn load_on(dir: &Path, device: &crate::models::ComputeDevice) -> Result<OcrEngine, OcrError> {
-        if device.wgpu { OcrEngine::load(dir, &device.device) } else { OcrEngine::load_native(dir) }
+    /// The engine for a compute device: burn on a wgpu one, the native networks in
+    /// `precision` on the CPU.
+    pub fn load_on(dir: &Path, device: &crate::models::ComputeDevice, precision: CpuPrecision) -> Result<OcrEngine, OcrError> {
+        if device.wgpu { OcrEngine::load(dir, &device.device) } else { OcrEngine::load_native(dir, precision) }
     }
 
     /// Whether the networks are the native CPU ones.
     pub fn is_native(&self) -> bool {
         matches!(self.networks, Networks::Native { .. })
+    }
+
+    /// Whether the native networks' products run in 8-bit integers.
+    pub fn is_int8(&self) -> bool {
+        matches!(&self.networks, Networks::Native { recogniser, .. } if recogniser.is_int8())
     }
 
     fn with_networks(networks: Networks, dictionary: Dictionary) -> OcrEngine {

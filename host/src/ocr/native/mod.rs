@@ -15,6 +15,7 @@ use std::path::Path;
 use graph::{BinaryOp, Op, Program, Step};
 
 use super::OcrError;
+use crate::config::CpuPrecision;
 
 /// An f32 tensor, row-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,14 +76,22 @@ impl std::fmt::Debug for NativeNetwork {
 }
 
 impl NativeNetwork {
-    /// Reads the ONNX file at `path`.
-    pub fn load(path: &Path) -> Result<NativeNetwork, OcrError> {
+    /// Reads the ONNX file at `path`; `precision` is the arithmetic of its deep 1x1
+    /// convolutions and of its products with constant matrices (int8 only where the CPU has
+    /// AVX-512 VNNI).
+    pub fn load(path: &Path, precision: CpuPrecision) -> Result<NativeNetwork, OcrError> {
         if !path.is_file() {
             return Err(OcrError::Missing(path.to_path_buf()));
         }
         let bytes = std::fs::read(path).map_err(|e| OcrError::Convert { path: path.to_path_buf(), reason: e.to_string() })?;
-        let program = Program::from_onnx(&bytes).map_err(|reason| OcrError::Convert { path: path.to_path_buf(), reason })?;
+        let int8 = precision == CpuPrecision::Int8 && evident_kernels::int8_linear_available();
+        let program = Program::from_onnx(&bytes, int8).map_err(|reason| OcrError::Convert { path: path.to_path_buf(), reason })?;
         Ok(NativeNetwork { program })
+    }
+
+    /// Whether any of its products run in 8-bit integers.
+    pub fn is_int8(&self) -> bool {
+        self.program.steps.iter().any(|s| matches!(&s.op, Op::LinearInt8 { .. } | Op::Conv(graph::ConvStep { int8: true, .. })))
     }
 
     /// Graph steps after fusion (for tests and logs).
@@ -144,6 +153,7 @@ fn run_step(p: &Program, slots: &mut [Option<Value>], i: usize, step: &Step) -> 
         }
         Op::Binary(op) => Value::Float(ops::binary(arg(0)?.float()?, arg(1)?.float()?, *op)?),
         Op::MatMul => Value::Float(ops::matmul(arg(0)?.float()?, arg(1)?.float()?)?),
+        Op::LinearInt8 { weight, k, n } => Value::Float(ops::linear_int8(arg(0)?.float()?, weight, *k, *n)?),
         Op::Softmax { axis } => {
             let mut t = take_first(p, slots, i, step)?;
             ops::softmax(&mut t, *axis)?;

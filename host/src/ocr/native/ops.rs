@@ -123,6 +123,19 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OcrError> {
     Ok(Tensor { shape, data: out })
 }
 
+/// `a` (… × `k`) times a constant `k` × `n` matrix held as 8-bit integers.
+pub(super) fn linear_int8(a: &Tensor, weight: &evident_kernels::Int8Weight, k: usize, n: usize) -> Result<Tensor, OcrError> {
+    if a.shape.last() != Some(&k) {
+        return Err(bad(format!("a product of {:?} with a {k} x {n} matrix", a.shape)));
+    }
+    let rows = a.data.len() / k.max(1);
+    let mut out = vec![0.0f32; rows * n];
+    evident_kernels::linear_int8(&a.data, rows, weight, &vec![0.0; n], &mut out, false);
+    let mut shape = a.shape.clone();
+    *shape.last_mut().unwrap_or(&mut 0) = n;
+    Ok(Tensor { shape, data: out })
+}
+
 /// Softmax as opset 11 defines it: over everything from `axis` on, taken as one row.
 pub(super) fn softmax(t: &mut Tensor, axis: i64) -> Result<(), OcrError> {
     let axis = axis_index(axis, t.shape.len())?;
