@@ -96,15 +96,25 @@ fn int8_pointwise_convolutions_equal_the_rounded_product_of_each_pixel() {
         let bias = rng.uniform(c_out);
         let mut out = vec![f32::NAN; n * c_out * plane];
         pointwise_conv_int8(&x, n, c_in, plane, &weight, c_out, &bias, &mut out, &|c, p| p.iter_mut().for_each(|v| *v += c as f32));
-        // The reference: the filter's rows times each pixel's channels (as weight rows), both
-        // rounded, through the plain int8 product; and the packing from columns equal to
-        // packing the transposed pixels.
+        // The reference: each channel smoothed as the kernel does (divided by s = sqrt(its
+        // largest value / its largest weight), its weights multiplied by s), then the filter's
+        // rows times each pixel's channels (as weight rows), both rounded, through the plain
+        // int8 product; and the packing from columns equal to packing the transposed pixels.
         let mut want = vec![0.0f64; out.len()];
         for image in 0..n {
             let img = &x[image * c_in * plane..(image + 1) * c_in * plane];
-            let pixel_rows: Vec<f32> = (0..plane).flat_map(|p| (0..c_in).map(move |c| img[c * plane + p])).collect();
+            let smooth: Vec<f32> = (0..c_in)
+                .map(|c| {
+                    let xm = img[c * plane..(c + 1) * plane].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let wm = (0..c_out).fold(0.0f32, |m, o| m.max(weight[o * c_in + c].abs()));
+                    if xm > 0.0 && wm > 0.0 { (xm / wm).sqrt() } else { 1.0 }
+                })
+                .collect();
+            let smoothed_weight: Vec<f32> = weight.iter().enumerate().map(|(i, w)| w * smooth[i % c_in.max(1)]).collect();
+            let pixel_rows: Vec<f32> = (0..plane).flat_map(|p| (0..c_in).map(move |c| (p, c))).map(|(p, c)| img[c * plane + p] * (1.0 / smooth[c])).collect();
             let mut sums = vec![0.0f32; c_out * plane];
-            linear_int8_reference(&weight, c_out, &pixel_rows, c_in, &vec![0.0; plane], &mut sums, false);
+            linear_int8_reference(&smoothed_weight, c_out, &pixel_rows, c_in, &vec![0.0; plane], &mut sums, false);
+            let pixel_rows: Vec<f32> = (0..plane).flat_map(|p| (0..c_in).map(move |c| img[c * plane + p])).collect();
             let (mut a, mut b) = (vec![0.0f32; c_out * plane], vec![0.0f32; c_out * plane]);
             linear_int8(&weight, c_out, &Int8Weight::from_columns(img, c_in, plane), &vec![0.0; plane], &mut a, false);
             linear_int8(&weight, c_out, &Int8Weight::new(&pixel_rows, c_in, plane), &vec![0.0; plane], &mut b, false);
