@@ -59,17 +59,26 @@ impl Int8Weight {
     /// holds output `o`'s weights), rounded identically without building the transpose. A 1x1
     /// convolution's input (channels × pixels) is packed this way, each pixel an output.
     pub fn from_columns(values: &[f32], inp: usize, out: usize) -> Int8Weight {
+        Int8Weight::from_scaled_columns(values, inp, out, &vec![1.0; inp])
+    }
+
+    /// [`Int8Weight::from_columns`] of `values` with row `i` multiplied by `row_scale[i]`
+    /// (each value's product rounded to f32 as a separate multiplication would be).
+    pub fn from_scaled_columns(values: &[f32], inp: usize, out: usize, row_scale: &[f32]) -> Int8Weight {
         assert_eq!(values.len(), inp * out, "values are inp × out");
+        assert_eq!(row_scale.len(), inp, "one scale per row");
         let groups = inp.div_ceil(4);
         let panels = out.div_ceil(PANEL);
         // Each output's largest magnitude, taken in bands of outputs so the cores share it.
         let mut amax = vec![0.0f32; out];
+        let wide = wide_vectors();
         amax.par_chunks_mut(PANEL * 16).enumerate().for_each(|(band, m)| {
-            let first = band * PANEL * 16;
-            let width = m.len();
-            for row in values.chunks(out.max(1)) {
-                m.iter_mut().zip(&row[first..first + width]).for_each(|(m, v)| *m = m.max(v.abs()));
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: the features the function is compiled for were detected.
+                return unsafe { column_maxima_avx512(values, out, row_scale, band * PANEL * 16, m) };
             }
+            column_maxima(values, out, row_scale, band * PANEL * 16, m)
         });
         // The same arithmetic as `round_row`, so that both constructors give the same integers.
         let scale: Vec<f32> = amax.iter().map(|m| m / 127.0).collect();
@@ -80,24 +89,12 @@ impl Int8Weight {
             return Int8Weight { inp, out, groups, packed, scale, offset_sum };
         }
         packed.par_chunks_mut(groups * PANEL * 4).zip(offset_sum.par_chunks_mut(PANEL)).enumerate().for_each(|(panel, (chunk, sums))| {
-            let first = panel * PANEL;
-            let lanes = sums.len();
-            let inv = &inv[first..first + lanes];
-            for (g, dst) in chunk.chunks_exact_mut(PANEL * 4).enumerate() {
-                // Four inputs of each output side by side, as the kernel reads them.
-                let mut q = [[0i8; 4]; PANEL];
-                for j in 0..4.min(inp - 4 * g) {
-                    let i = 4 * g + j;
-                    let row = &values[i * out + first..i * out + first + lanes];
-                    for ((q, &v), &r) in q.iter_mut().zip(row).zip(inv) {
-                        q[j] = round_even(v * r) as i8;
-                    }
-                }
-                for ((d, q), sum) in dst.chunks_exact_mut(4).zip(&q).zip(sums.iter_mut()) {
-                    d.copy_from_slice(q);
-                    *sum += 128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
-                }
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: as above.
+                return unsafe { vnni::pack_panel(values, inp, out, row_scale, &inv, panel * PANEL, chunk, sums) };
             }
+            pack_panel(values, inp, out, row_scale, &inv, panel * PANEL, chunk, sums)
         });
         Int8Weight { inp, out, groups, packed, scale, offset_sum }
     }
@@ -114,6 +111,66 @@ fn round_row(row: &[f32]) -> (Vec<i8>, f32) {
     let scale = amax / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     (row.iter().map(|v| (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8).collect(), scale)
+}
+
+/// Whether the packing loops below can run compiled for AVX-512 (F and BW), where they
+/// vectorise four times as wide as in the baseline build.
+fn wide_vectors() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn column_maxima_avx512(values: &[f32], out: usize, row_scale: &[f32], first: usize, m: &mut [f32]) {
+    column_maxima(values, out, row_scale, first, m);
+}
+
+/// `m[j]` = the largest |values[i][first + j] · row_scale[i]| over rows `i` (`values` has rows
+/// of `out`).
+#[inline(always)]
+fn column_maxima(values: &[f32], out: usize, row_scale: &[f32], first: usize, m: &mut [f32]) {
+    let width = m.len();
+    for (row, &r) in values.chunks(out.max(1)).zip(row_scale) {
+        for (m, v) in m.iter_mut().zip(&row[first..first + width]) {
+            let a = (v * r).abs();
+            *m = if a > *m { a } else { *m };
+        }
+    }
+}
+
+/// Packs outputs `first..` (one panel) of `values` (rows of `out`) scaled by `row_scale`, each
+/// output rounded with its `inv` scale, into `chunk`, and their offset sums into `sums`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn pack_panel(values: &[f32], inp: usize, out: usize, row_scale: &[f32], inv: &[f32], first: usize, chunk: &mut [i8], sums: &mut [i32]) {
+    let lanes = sums.len();
+    let inv = &inv[first..first + lanes];
+    for (g, dst) in chunk.chunks_exact_mut(PANEL * 4).enumerate() {
+        // Each of the group's four inputs rounded for every output of the panel (contiguous,
+        // so it vectorises), then interleaved: four inputs of each output side by side, as the
+        // kernel reads them.
+        let mut q = [[0i8; PANEL]; 4];
+        for (j, q) in q.iter_mut().enumerate().take(4.min(inp - 4 * g)) {
+            let i = 4 * g + j;
+            let r = row_scale[i];
+            let row = &values[i * out + first..i * out + first + lanes];
+            for ((q, &v), &s) in q.iter_mut().zip(row).zip(inv) {
+                *q = round_even((v * r) * s) as i8;
+            }
+        }
+        for (l, (d, sum)) in dst.chunks_exact_mut(4).zip(sums.iter_mut()).enumerate() {
+            let four = [q[0][l], q[1][l], q[2][l], q[3][l]];
+            d.copy_from_slice(&four);
+            *sum += 128 * four.iter().map(|&v| i32::from(v)).sum::<i32>();
+        }
+    }
 }
 
 /// `v` clamped to ±127 and rounded to the nearest integer, ties to even: what
@@ -245,6 +302,42 @@ mod vnni {
                 _mm_mask_storeu_epi8(dst.as_mut_ptr().add(at).cast(), m, _mm512_cvtepi32_epi8(_mm512_add_epi32(q, offset)));
             }
             scale
+        }
+    }
+
+    /// [`super::pack_panel`]: the same integers, sixteen outputs at a time, the four inputs of
+    /// a group joined into each output's 32-bit lane.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn pack_panel(values: &[f32], inp: usize, out: usize, row_scale: &[f32], inv: &[f32], first: usize, chunk: &mut [i8], sums: &mut [i32]) {
+        let lanes = sums.len();
+        assert!(first + lanes <= out && inv.len() >= first + lanes && values.len() == inp * out && row_scale.len() == inp);
+        assert!(chunk.len() == inp.div_ceil(4) * PANEL * 4 && lanes <= PANEL);
+        let (lo, hi, byte) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0), _mm512_set1_epi32(0xff));
+        // SAFETY: loads are masked to the panel's `lanes` outputs of rows below `inp` (checked
+        // above); each store writes 64 bytes of `chunk` (a group's 256 bytes hold four such) or
+        // the masked lanes of `sums`.
+        unsafe {
+            for at in (0..lanes).step_by(16) {
+                let m: __mmask16 = if lanes - at >= 16 { 0xffff } else { (1u16 << (lanes - at)) - 1 };
+                let s = _mm512_maskz_loadu_ps(m, inv.as_ptr().add(first + at));
+                let mut sum = _mm512_setzero_si512();
+                for g in 0..inp.div_ceil(4) {
+                    let mut joined = _mm512_setzero_si512();
+                    for j in 0..4.min(inp - 4 * g) {
+                        let i = 4 * g + j;
+                        let v = _mm512_maskz_loadu_ps(m, values.as_ptr().add(i * out + first + at));
+                        let scaled = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(row_scale[i])), s);
+                        // Rounded to nearest, ties to even, then clamped: as round_even.
+                        let q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps::<0x08>(scaled), lo), hi));
+                        sum = _mm512_add_epi32(sum, q);
+                        joined = _mm512_or_si512(joined, _mm512_sllv_epi32(_mm512_and_si512(q, byte), _mm512_set1_epi32(8 * j as i32)));
+                    }
+                    _mm512_storeu_si512(chunk.as_mut_ptr().add((g * PANEL + at) * 4).cast(), joined);
+                }
+                let total = _mm512_add_epi32(_mm512_maskz_loadu_epi32(m, sums.as_ptr().add(at)), _mm512_slli_epi32::<7>(sum));
+                _mm512_mask_storeu_epi32(sums.as_mut_ptr().add(at), m, total);
+            }
         }
     }
 

@@ -6,6 +6,7 @@ mod conv_cpu;
 mod decoder_cpu;
 mod dense_cpu;
 mod dense_int8;
+mod depthwise_cpu;
 mod gelu_cpu;
 mod gpu;
 mod maxsim;

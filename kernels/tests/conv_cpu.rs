@@ -32,6 +32,13 @@ fn convolutions_match_their_definition_on_odd_shapes() {
         (shape(3, 8, 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)), 2, 15, 21),
         (shape(7, 5, 1, (1, 3), (1, 1), (0, 1, 0, 1), (1, 1)), 1, 3, 19),
         (shape(6, 4, 2, (3, 2), (1, 1), (1, 0, 1, 1), (1, 2)), 2, 6, 7),
+        // wide enough for whole blocks of sixteen columns and a remainder; strides and dilation
+        (shape(7, 7, 7, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)), 2, 5, 45),
+        (shape(3, 3, 3, (3, 3), (1, 2), (1, 1, 1, 0), (1, 2)), 1, 6, 70),
+        (shape(4, 4, 4, (3, 5), (2, 3), (0, 2, 1, 1), (1, 1)), 1, 11, 101),
+        // dense stride 1 with dilation, and large enough to split into several bands of rows
+        (shape(5, 6, 1, (3, 3), (1, 1), (2, 1, 1, 2), (2, 1)), 2, 9, 11),
+        (shape(40, 9, 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), 1, 31, 300),
         // a kernel as wide as the padded input
         (shape(2, 3, 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), 1, 1, 1),
         // no input channels: the bias alone
