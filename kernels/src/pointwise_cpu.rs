@@ -56,17 +56,61 @@ impl PointwiseOp {
 
 /// Applies `ops` in order to `plane`, the values of channel `c`.
 pub fn apply_pointwise(plane: &mut [f32], c: usize, ops: &[PointwiseOp]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature the function is compiled for was just detected.
+            unsafe { apply_avx512(plane, c, ops) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            unsafe { apply_avx2(plane, c, ops) };
+            return;
+        }
+    }
+    apply_portable(plane, c, ops);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn apply_avx512(plane: &mut [f32], c: usize, ops: &[PointwiseOp]) {
+    apply_portable(plane, c, ops);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn apply_avx2(plane: &mut [f32], c: usize, ops: &[PointwiseOp]) {
+    apply_portable(plane, c, ops);
+}
+
+#[inline(always)]
+fn apply_portable(plane: &mut [f32], c: usize, ops: &[PointwiseOp]) {
     let pick = |v: &[f32]| if v.len() == 1 { v[0] } else { v[c] };
-    for op in ops {
-        match op {
-            PointwiseOp::Add(v) => {
-                let b = pick(v);
-                plane.iter_mut().for_each(|x| *x += b);
+    let mut i = 0;
+    while i < ops.len() {
+        // A run of adds and multiplies (batch norm, then a learnable affine: four in a row in
+        // the recogniser) is one affine, applied in one pass.
+        let (mut scale, mut shift, mut end) = (1.0f32, 0.0f32, i);
+        while let Some(op @ (PointwiseOp::Add(_) | PointwiseOp::Mul(_))) = ops.get(end) {
+            match op {
+                PointwiseOp::Add(v) => shift += pick(v),
+                PointwiseOp::Mul(v) => {
+                    let m = pick(v);
+                    scale *= m;
+                    shift *= m;
+                }
+                _ => unreachable!("the loop matches adds and multiplies only"),
             }
-            PointwiseOp::Mul(v) => {
-                let m = pick(v);
-                plane.iter_mut().for_each(|x| *x *= m);
-            }
+            end += 1;
+        }
+        if end > i {
+            plane.iter_mut().for_each(|x| *x = *x * scale + shift);
+            i = end;
+            continue;
+        }
+        match &ops[i] {
+            PointwiseOp::Add(_) | PointwiseOp::Mul(_) => unreachable!("folded above"),
             PointwiseOp::Relu => plane.iter_mut().for_each(|x| *x = x.max(0.0)),
             // exp of a non-positive argument only (the vectorised exp's range), on either side.
             PointwiseOp::Sigmoid => plane.iter_mut().for_each(|x| {
@@ -77,6 +121,7 @@ pub fn apply_pointwise(plane: &mut [f32], c: usize, ops: &[PointwiseOp]) {
             PointwiseOp::HardSigmoid { alpha, beta } => plane.iter_mut().for_each(|x| *x = (alpha * *x + beta).clamp(0.0, 1.0)),
             PointwiseOp::HardSwish { alpha, beta } => plane.iter_mut().for_each(|x| *x *= (alpha * *x + beta).clamp(0.0, 1.0)),
         }
+        i += 1;
     }
 }
 

@@ -30,6 +30,23 @@ fn each_pointwise_op_and_a_chain_match_their_definition() {
             assert_all_close(&format!("the chain, channel {c} len {len}"), &got, &want, 1e-5, 1e-6);
         }
     }
+    // Runs of adds and multiplies, as batch norm then a learnable affine leave them.
+    let affine = [
+        PointwiseOp::Mul(vec![1.5, -0.25, 3.0]),
+        PointwiseOp::Add(vec![0.125, 2.0, -1.0]),
+        PointwiseOp::Mul(vec![0.75]),
+        PointwiseOp::Add(vec![-0.5]),
+        PointwiseOp::HardSwish { alpha: 1.0 / 6.0, beta: 0.5 },
+        PointwiseOp::Add(vec![1.0, 2.0, 3.0]),
+        PointwiseOp::Mul(vec![-2.0, 0.5, 1.0]),
+    ];
+    for c in 0..3 {
+        let input: Vec<f32> = (0..333).map(|_| rng.range(-10.0, 10.0)).collect();
+        let mut got = input.clone();
+        apply_pointwise(&mut got, c, &affine);
+        let want: Vec<f64> = input.iter().map(|&x| affine.iter().fold(f64::from(x), |v, op| op.reference(c, v as f32))).collect();
+        assert_all_close(&format!("adds and multiplies, channel {c}"), &got, &want, 1e-5, 1e-5);
+    }
     let mut roots = vec![4.0f32, 2.25, 0.0];
     apply_pointwise(&mut roots, 0, &[PointwiseOp::Sqrt]);
     assert_eq!(roots, vec![2.0, 1.5, 0.0]);
