@@ -72,6 +72,8 @@ pub(super) enum Op {
         weight: Int8Weight,
         k: usize,
         n: usize,
+        /// One value per output, added to each row (the `Add` that followed, folded in).
+        bias: Vec<f32>,
     },
     ConvTranspose(ConvTransposeStep),
     Pointwise(Vec<Pointwise>),
@@ -177,7 +179,7 @@ impl Program {
 
     /// Folds into each convolution the element-wise steps that alone read its result: adds and
     /// multiplies by per-channel or scalar constants, activations, and hard swish written as
-    /// `x · HardSigmoid(x)`.
+    /// `x · HardSigmoid(x)`; and into each int8 product the bias added to its rows.
     fn fuse_epilogues(&mut self) {
         let mut readers: Vec<Vec<usize>> = vec![Vec::new(); self.slots];
         for (i, step) in self.steps.iter().enumerate() {
@@ -187,6 +189,14 @@ impl Program {
         }
         let mut removed = vec![false; self.steps.len()];
         for i in 0..self.steps.len() {
+            if let Some((j, add)) = self.bias_after_product(i, &readers) {
+                removed[j] = true;
+                self.steps[i].output = self.steps[j].output;
+                if let Op::LinearInt8 { bias, .. } = &mut self.steps[i].op {
+                    *bias = add;
+                }
+                continue;
+            }
             let Op::Conv(conv) = &self.steps[i].op else { continue };
             let channels = conv.shape.c_out;
             let mut fused: Vec<Pointwise> = Vec::new();
@@ -207,6 +217,10 @@ impl Program {
                 current = output;
             }
             if let Op::Conv(conv) = &mut self.steps[i].op {
+                // The bias joins the chain, where it folds into the affines that follow.
+                if !fused.is_empty() && !conv.bias.is_empty() {
+                    fused.insert(0, Pointwise::Add(std::mem::take(&mut conv.bias)));
+                }
                 conv.epilogue = fused;
             }
             self.steps[i].output = current;
@@ -216,6 +230,22 @@ impl Program {
             k += 1;
             !removed[k - 1]
         });
+    }
+
+    /// When step `i` is an int8 product whose result only a constant bias's `Add` reads, that
+    /// step and the bias (the output layer's 18,385 values, added to every row otherwise).
+    fn bias_after_product(&self, i: usize, readers: &[Vec<usize>]) -> Option<(usize, Vec<f32>)> {
+        let Op::LinearInt8 { n, .. } = &self.steps[i].op else { return None };
+        let slot = self.steps[i].output;
+        let [j] = readers[slot][..] else { return None };
+        let step = &self.steps[j];
+        if slot == self.output || !matches!(step.op, Op::Binary(BinaryOp::Add)) {
+            return None;
+        }
+        let other = *step.inputs.iter().find(|&&s| s != slot)?;
+        let Some(Value::Float(t)) = &self.constants[other] else { return None };
+        let row_vector = t.shape.last() == Some(n) && t.data.len() == *n;
+        row_vector.then(|| (j, t.data.clone()))
     }
 
     /// Step `j` as per-channel operations on `slot`, when it is that.
@@ -430,7 +460,7 @@ fn op_of(node: &NodeProto, inputs: &[usize], constants: &[Option<Value>], int8: 
                     let (k, n) = (w.shape[0], w.shape[1]);
                     // Int8Weight holds one row per output: the k × n matrix transposed.
                     let rows: Vec<f32> = (0..n).flat_map(|o| (0..k).map(move |i| w.data[i * n + o])).collect();
-                    Ok(Op::LinearInt8 { weight: Int8Weight::new(&rows, k, n), k, n })
+                    Ok(Op::LinearInt8 { weight: Int8Weight::new(&rows, k, n), k, n, bias: vec![0.0; n] })
                 }
                 _ => Ok(Op::MatMul),
             }

@@ -153,7 +153,7 @@ fn run_step(p: &Program, slots: &mut [Option<Value>], i: usize, step: &Step) -> 
         }
         Op::Binary(op) => Value::Float(ops::binary(arg(0)?.float()?, arg(1)?.float()?, *op)?),
         Op::MatMul => Value::Float(ops::matmul(arg(0)?.float()?, arg(1)?.float()?)?),
-        Op::LinearInt8 { weight, k, n } => Value::Float(ops::linear_int8(arg(0)?.float()?, weight, *k, *n)?),
+        Op::LinearInt8 { weight, k, n, bias } => Value::Float(ops::linear_int8(arg(0)?.float()?, weight, *k, *n, bias)?),
         Op::Softmax { axis } => {
             let mut t = take_first(p, slots, i, step)?;
             ops::softmax(&mut t, *axis)?;

@@ -69,6 +69,15 @@ fn binary_with(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32) -> Result<Te
         return Ok(Tensor { shape: a.shape.clone(), data: a.data.iter().zip(&b.data).map(|(&x, &y)| f(x, y)).collect() });
     }
     let shape = broadcast_shape(&a.shape, &b.shape)?;
+    // b one value per column of a's last axis (a bias after a product), repeated on every row.
+    let row = a.shape.last().copied().unwrap_or(0);
+    if shape == a.shape && row > 0 && b.data.len() == row && b.shape.last() == Some(&row) {
+        let mut data = Vec::with_capacity(a.data.len());
+        for chunk in a.data.chunks(row) {
+            data.extend(chunk.iter().zip(&b.data).map(|(&x, &y)| f(x, y)));
+        }
+        return Ok(Tensor { shape, data });
+    }
     // b one value per leading index of a (a scalar, or a channel's scale over its plane).
     if shape == a.shape && !b.data.is_empty() && a.data.len().is_multiple_of(b.data.len()) {
         let padded: Vec<usize> = std::iter::repeat_n(1, a.shape.len() - b.shape.len()).chain(b.shape.iter().copied()).collect();
@@ -124,13 +133,13 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OcrError> {
 }
 
 /// `a` (… × `k`) times a constant `k` × `n` matrix held as 8-bit integers.
-pub(super) fn linear_int8(a: &Tensor, weight: &evident_kernels::Int8Weight, k: usize, n: usize) -> Result<Tensor, OcrError> {
+pub(super) fn linear_int8(a: &Tensor, weight: &evident_kernels::Int8Weight, k: usize, n: usize, bias: &[f32]) -> Result<Tensor, OcrError> {
     if a.shape.last() != Some(&k) {
         return Err(bad(format!("a product of {:?} with a {k} x {n} matrix", a.shape)));
     }
     let rows = a.data.len() / k.max(1);
     let mut out = vec![0.0f32; rows * n];
-    evident_kernels::linear_int8(&a.data, rows, weight, &vec![0.0; n], &mut out, false);
+    evident_kernels::linear_int8(&a.data, rows, weight, bias, &mut out, false);
     let mut shape = a.shape.clone();
     *shape.last_mut().unwrap_or(&mut 0) = n;
     Ok(Tensor { shape, data: out })
