@@ -93,11 +93,7 @@ pub fn conv2d(x: &[f32], n: usize, h: usize, w: usize, weight: &[f32], bias: &[f
     if !pointwise && s.groups == 1 && s.stride == (1, 1) && s.c_in > 0 {
         for (image, dst) in out.chunks_mut(s.c_out * plane).enumerate() {
             shifted_taps(&x[image * s.c_in * h * w..(image + 1) * s.c_in * h * w], h, w, weight, s, (oh, ow), dst);
-            dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
-                let b = bias_of(c);
-                p.iter_mut().for_each(|v| *v += b);
-                epilogue(c, p)
-            });
+            finish_planes(dst, plane, bias, epilogue);
         }
         return;
     }
@@ -121,12 +117,7 @@ pub fn conv2d(x: &[f32], n: usize, h: usize, w: usize, weight: &[f32], bias: &[f
             // row-major and of exactly those lengths (checked above or built so).
             unsafe { product(og, plane, k, &mut dst[g * og * plane..(g + 1) * og * plane], lhs, rhs, false, true) };
         }
-        dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
-            if let Some(&b) = bias.get(c) {
-                p.iter_mut().for_each(|v| *v += b);
-            }
-            epilogue(c, p)
-        });
+        finish_planes(dst, plane, bias, epilogue);
     }
 }
 
@@ -182,13 +173,19 @@ pub fn pointwise_conv_int8(
         let inv: Vec<f32> = s.iter().map(|s| 1.0 / s).collect();
         let pixels = Int8Weight::from_scaled_columns(img, c_in, plane, &inv);
         linear_int8(&smoothed_weight, c_out, &pixels, &zeros, dst, false);
-        dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
-            if let Some(&b) = bias.get(c) {
-                p.iter_mut().for_each(|v| *v += b);
-            }
-            epilogue(c, p)
-        });
+        finish_planes(dst, plane, bias, epilogue);
     }
+}
+
+/// Adds each output plane's bias (none when `bias` is empty), then runs the epilogue on it,
+/// the planes in parallel while they are warm.
+fn finish_planes(dst: &mut [f32], plane: usize, bias: &[f32], epilogue: PlaneEpilogue<'_>) {
+    dst.par_chunks_mut(plane).enumerate().for_each(|(c, p)| {
+        if let Some(&b) = bias.get(c) {
+            p.iter_mut().for_each(|v| *v += b);
+        }
+        epilogue(c, p)
+    });
 }
 
 /// The largest |v| of `values`, in sixteen running maxima the compiler can keep in one vector
