@@ -9,12 +9,21 @@ wit_bindgen::generate!({
 
 use stage_kit::types::{Citation, GenerateRequest, PageRef};
 use stage_kit::{
-    HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages,
+    HostApi, NOT_ANSWERABLE, Wasm, calc, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers,
+    supporting_pages,
 };
 
 /// The instruction every answer prompt starts from.
 pub const SYSTEM: &str = "You answer questions about documents using only the pages given. Answer briefly. \
 If the pages do not contain the answer, reply exactly NOT_ANSWERABLE.";
+
+/// The instruction with calculations handed to the stage ([`stage_kit::calc`]): the model
+/// writes the arithmetic over the figures it read and the stage evaluates it.
+pub const SYSTEM_CALCULATE: &str = "You answer questions about documents using only the pages given. Answer briefly. \
+If the answer must be calculated from figures on the pages (a change, a difference, a ratio, a percentage, a total or an average), \
+do not calculate it yourself: reply with one line that starts with CALCULATE: and then an arithmetic expression in Python syntax \
+over those figures, and cite the pages they are on as [n]. \
+If the pages do not contain the answer or the figures it needs, reply exactly NOT_ANSWERABLE.";
 
 /// Which part of a page longer than `page_tokens` the prompt reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +51,7 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
     let page_tokens: u32 = param(ctx, "page_tokens", 800)?;
     let max_tokens: u32 = param(ctx, "max_tokens", 96)?;
     let excerpt: Excerpt = param(ctx, "excerpt", Excerpt::First)?;
+    let calculate: bool = param(ctx, "calculate", false)?;
     let root = evidence.iter().find(|e| e.is_root).ok_or("the memory stage got no evidence for the question")?;
     let mut pages: Vec<(PageRef, String)> = Vec::new();
     for c in root.evidence.iter().take(top_k) {
@@ -56,9 +66,13 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
         return Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: "no pages were retrieved".into() });
     }
     let prompt = format!("{}\nQuestion: {}\nAnswer (cite pages as [n]):", numbered_pages(&pages), ctx.question);
-    let out = host.generate(&GenerateRequest { system: SYSTEM.into(), prompt, max_tokens, temperature: 0.0, stop: vec!["\n\n".into()], images: vec![] })?;
+    let system = if calculate { SYSTEM_CALCULATE } else { SYSTEM };
+    let out = host.generate(&GenerateRequest { system: system.into(), prompt, max_tokens, temperature: 0.0, stop: vec!["\n\n".into()], images: vec![] })?;
     if says_not_answerable(&out.text) {
         return Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("read {} pages", pages.len()) });
+    }
+    if calculate && let Some(result) = calc::calculation(&out.text, &ctx.question) {
+        return Ok(calculated_answer(result, &out.text, &pages));
     }
     // The pages the model cited; when it cites none, the pages that hold what the answer says,
     // if any (never a page chosen for it).
@@ -71,6 +85,37 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
     }
     let citations = cited.into_iter().map(|n| Citation { page: pages[n - 1].0.clone(), blocks: vec![], quote: String::new() }).collect();
     Ok(Answer { text, answerable: true, citations, notes })
+}
+
+/// The answer to a reply that asked for a calculation: its value and the expression, citing
+/// the pages the model cited and, for each figure of the expression on none of them, the first
+/// page that holds it; a calculation that cannot be evaluated answers nothing and says why.
+fn calculated_answer(result: Result<calc::Calculation, String>, reply: &str, pages: &[(PageRef, String)]) -> Answer {
+    let calculation = match result {
+        Ok(c) => c,
+        Err(why) => {
+            return Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("read {} pages; {why}", pages.len()) };
+        }
+    };
+    let mut cited = cited_numbers(reply, pages.len());
+    let mut missing = Vec::new();
+    // 100 turns a ratio into a percentage and 1 starts a growth rate: constants, not figures read.
+    for figure in calc::figures(&calculation.expression).into_iter().filter(|f| f != "100" && f != "1") {
+        let holders = supporting_pages(&figure, pages);
+        if holders.iter().any(|n| cited.contains(n)) {
+            continue;
+        }
+        match holders.first() {
+            Some(&n) => cited.push(n),
+            None => missing.push(figure),
+        }
+    }
+    let mut notes = format!("read {} pages; calculated {} = {}", pages.len(), calculation.expression, calculation.value);
+    if !missing.is_empty() {
+        notes.push_str(&format!("; on none of the pages read: {}", missing.join(", ")));
+    }
+    let citations = cited.into_iter().map(|n| Citation { page: pages[n - 1].0.clone(), blocks: vec![], quote: String::new() }).collect();
+    Answer { text: format!("{} (calculated: {}).", calculation.stated(), calculation.expression), answerable: true, citations, notes }
 }
 
 struct Baseline;
@@ -163,6 +208,31 @@ mod tests {
         assert!(prompts[1].contains("A cover sheet") && !prompts[1].contains("4 cents"), "{}", prompts[1]);
         drop(prompts);
         assert!(answer_once(&host, &ctx("middle"), &evidence(&[4])).is_err(), "an unknown excerpt is refused");
+    }
+
+    #[test]
+    fn a_calculation_is_evaluated_and_cites_the_pages_of_its_figures() {
+        let ctx = |calculate: &str| StageContext {
+            question: "By what percentage did it change from page 4 to page 9?".into(),
+            documents: vec![],
+            params: vec![Param { key: "calculate".into(), value: calculate.into() }],
+        };
+        let host = fake("CALCULATE: (9 - 4) / 4 * 100");
+        let answer = answer_once(&host, &ctx("true"), &evidence(&[4, 9, 1])).expect("answers");
+        assert_eq!(answer.text, "125% (calculated: (9 - 4) / 4 * 100).");
+        assert_eq!(answer.citations.iter().map(|c| c.page.page).collect::<Vec<_>>(), [9, 4], "the pages that hold 9 and 4");
+        assert!(host.prompts.borrow().len() == 1);
+        let host = fake("CALCULATE: (9 - 7) / 7 [1]");
+        let answer = answer_once(&host, &ctx("true"), &evidence(&[4, 9, 1])).expect("answers");
+        assert!(answer.text.starts_with("28.57%"), "a ratio asked for as a percentage: {}", answer.text);
+        assert_eq!(answer.citations.iter().map(|c| c.page.page).collect::<Vec<_>>(), [4, 9], "the cited page, then the one holding 9");
+        assert!(answer.notes.contains("on none of the pages read: 7"), "{}", answer.notes);
+        let host = fake("CALCULATE: growth / 4");
+        let answer = answer_once(&host, &ctx("true"), &evidence(&[4, 9])).expect("answers");
+        assert!(!answer.answerable && answer.citations.is_empty() && answer.notes.contains("not arithmetic"), "{answer:?}");
+        let host = fake("CALCULATE: (9 - 4) / 4 * 100");
+        let answer = answer_once(&host, &ctx("false"), &evidence(&[4, 9])).expect("answers");
+        assert!(answer.text.starts_with("CALCULATE"), "without the parameter the reply is the answer");
     }
 
     #[test]

@@ -198,6 +198,7 @@ pub mod v2 {
     }
 }
 
+pub mod calc;
 pub mod excerpt;
 #[cfg(feature = "fake")]
 pub mod fake;
