@@ -211,6 +211,25 @@ pub fn is_correct(predicted: &str, predicted_answerable: bool, gold: &str, gold_
     }
 }
 
+/// Whether `predicted` answers like `gold` or like the benchmark's second reference
+/// `alternate`: UDA's FinQA questions carry the gold program's exact value beside an answer
+/// rounded or printed as a percentage ("-24.5%" and "-0.2445"; "6.6" and "6.5"). An alternate
+/// ratio beside a percentage gold within a point of it is read as that percentage, so a
+/// computed "-24.45%" passes where "-0.2445%" does not.
+pub fn is_correct_either(predicted: &str, predicted_answerable: bool, gold: &str, alternate: Option<&str>, gold_answerable: bool) -> bool {
+    if is_correct(predicted, predicted_answerable, gold, gold_answerable) {
+        return true;
+    }
+    let Some(alternate) = alternate.map(str::trim).filter(|a| !a.is_empty() && gold_answerable) else {
+        return false;
+    };
+    let as_percent = match (numbers(gold).as_slice(), alternate.parse::<f64>()) {
+        ([g], Ok(v)) if gold.contains('%') && (v * 100.0 - g).abs() <= 1.0 => Some(format!("{}%", v * 100.0)),
+        _ => None,
+    };
+    is_correct(predicted, predicted_answerable, as_percent.as_deref().unwrap_or(alternate), gold_answerable)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +248,19 @@ mod tests {
         assert!(!is_correct("NOT_ANSWERABLE", false, "Europe", true));
         assert!(is_correct("No, gross margin fell by 0.8%.", true, "No. For AMCOR there has been a slight decline in gross margins by 0.8%.", true));
         assert!(!is_correct("Yes, it rose by 0.8%.", true, "No. For AMCOR there has been a slight decline in gross margins by 0.8%.", true));
+    }
+
+    #[test]
+    fn a_second_reference_is_the_exact_value_of_a_rounded_gold() {
+        assert!(!is_correct("9.49%", true, "9%", true), "outside 1 % of the rounded gold");
+        assert!(is_correct_either("9.49%", true, "9%", Some("0.09488"), true), "the exact value read as a percentage");
+        assert!(!is_correct_either("0.0949%", true, "9%", Some("0.09488"), true));
+        assert!(is_correct_either("6.5 (calculated: 2.7 + 2.2 + 1.6).", true, "6.6", Some("6.5"), true));
+        assert!(!is_correct_either("7.1", true, "6.6", Some("6.5"), true));
+        assert!(is_correct_either("-24.5%", true, "-24.5%", None, true));
+        assert!(!is_correct_either("Not answerable", false, "6.6", Some("6.5"), true), "an abstention never matches");
+        assert!(is_correct_either("0.0029", true, "29.0%", Some("0.0029"), true), "an alternate far from the gold is taken as written");
+        assert!(!is_correct_either("0.29%", true, "29.0%", Some("0.0029"), true));
     }
 
     #[test]

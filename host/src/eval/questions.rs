@@ -24,6 +24,18 @@ pub struct Question {
     pub answer: String,
     #[serde(default = "answerable_default")]
     pub answerable: bool,
+    /// What the benchmark adds beside the question (only the second reference answer is read).
+    #[serde(default)]
+    pub extra: QuestionExtra,
+}
+
+/// The part of a question's `extra` object that judging reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct QuestionExtra {
+    /// A second reference answer: UDA's FinQA questions give the gold program's exact value
+    /// ("-0.2445") beside the rounded or percentage answer ("-24.5%").
+    #[serde(default)]
+    pub answer_2: Option<String>,
 }
 
 fn answerable_default() -> bool {
@@ -94,6 +106,7 @@ mod tests {
             evidence_pages: vec![1],
             answer: String::new(),
             answerable: true,
+            extra: QuestionExtra::default(),
         }
     }
 
