@@ -8,6 +8,8 @@
 //! containment in the short form or string similarity; a long gold answer (FinanceBench's
 //! explanations) by the short form's yes/no and its first figure among the answer's first three;
 //! "not answerable" is right only when the gold says so. No rule lets a padded answer ("1. 2. 3. ... 26.") match by listing numbers.
+//! Where the benchmark gives a second reference (UDA's exact program value), an answer that
+//! matches it passes too ([`is_correct_either`]).
 
 /// Relative tolerance for numbers (1 %, as MMLongBench-Doc's float rule).
 const TOLERANCE: f64 = 0.01;
