@@ -1,15 +1,20 @@
 // MaxSim late-interaction scoring in two passes.
 //
 // For page p and query q: score = sum over q's tokens of max over p's tokens of dot(query, page).
-// Pages are flattened with offsets (no padding) and cut into segments of a few dozen tokens, so
-// that long pages spread over many workgroups and no invocation runs a long loop (Mesa's
-// lavapipe stops loops after about 65k iterations per invocation).
+// Pages are flattened with offsets (no padding) and cut into segments of at most 64 tokens, so
+// that long pages spread over many workgroups.
 //
-//   segment_max: one workgroup per segment; each of its 64 threads owns up to 4 of the batch's
-//                query tokens (at most 256) and writes their best dot product over the segment.
-//                Segment tokens are staged through workgroup memory, shared by all threads.
+//   segment_max: one workgroup per segment, one thread per segment token. Each thread takes the
+//                batch's query tokens (at most 256) eight at a time: eight dot products of its
+//                token, summed over the dimensions in registers, the query vectors read by all
+//                threads at the same address (one broadcast read, where a thread per query token
+//                had left most of the threads idle for a 20-token question). The workgroup then
+//                takes each query token's max over its tokens in workgroup memory.
 //   page_sum:    one thread per (page, query): max over the page's segments, summed over the
 //                query's tokens. A page with no tokens scores 0.
+//
+// No invocation loops more than about (query tokens) x (vec4s per token) times: Mesa's lavapipe
+// stops loops after about 65k iterations per invocation.
 //
 // The host prepends the element type: `enable f16; alias PageElem = f16;` where the device has
 // shader-f16, else `alias PageElem = f32;`. Vectors are padded to a multiple of 4 dimensions.
@@ -20,14 +25,14 @@ struct Params {
     num_segments: u32,
     num_queries: u32,
     query_tokens: u32,
-    tile_tokens: u32,     // tokens per workgroup tile: floor(TILE_VEC4 / dim4)
     segment_groups_x: u32, // workgroups along x in segment_max (the rest wraps into y)
     sum_groups_x: u32,    // workgroups along x in page_sum
+    pad: u32,
 }
 
 const WG: u32 = 64u;
-const PER_THREAD: u32 = 4u;
-const TILE_VEC4: u32 = 1024u;
+// Query tokens one thread scores at a time (its accumulators).
+const QB: u32 = 8u;
 const LOWEST: f32 = -3.4e38;
 
 @group(0) @binding(0) var<storage, read> params: Params;
@@ -39,7 +44,8 @@ const LOWEST: f32 = -3.4e38;
 @group(0) @binding(6) var<storage, read_write> segment_maxima: array<f32>; // [segment][query token]
 @group(0) @binding(7) var<storage, read_write> scores: array<f32>;         // [page][query]
 
-var<workgroup> tile: array<vec4<f32>, TILE_VEC4>;
+// [query token of the block][segment token]: the block's dot products, then their maxima.
+var<workgroup> dots: array<f32, 512>;
 
 @compute @workgroup_size(64)
 fn segment_max(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -48,38 +54,38 @@ fn segment_max(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         return;
     }
     let dim4 = params.dim4;
+    let nq = params.query_tokens;
     let range = segments[seg];
-    var best = array<f32, 4>(LOWEST, LOWEST, LOWEST, LOWEST);
+    let n = range.y - range.x;
+    let has_token = lid < n;
+    // Threads past the segment's end read its last token and are left out of the max.
+    let tbase = (range.x + min(lid, max(n, 1u) - 1u)) * dim4;
 
-    for (var t0 = range.x; t0 < range.y; t0 = t0 + params.tile_tokens) {
-        let n = min(params.tile_tokens, range.y - t0);
-        for (var i = lid; i < n * dim4; i = i + WG) {
-            tile[i] = vec4<f32>(pages[t0 * dim4 + i]);
-        }
-        workgroupBarrier();
-        for (var k = 0u; k < PER_THREAD; k = k + 1u) {
-            let j = lid + k * WG;
-            if (j < params.query_tokens) {
-                let qbase = j * dim4;
-                var m = best[k];
-                for (var t = 0u; t < n; t = t + 1u) {
-                    var acc = 0.0;
-                    let tbase = t * dim4;
-                    for (var d = 0u; d < dim4; d = d + 1u) {
-                        acc = acc + dot(queries[qbase + d], tile[tbase + d]);
-                    }
-                    m = max(m, acc);
-                }
-                best[k] = m;
+    for (var q0 = 0u; q0 < nq; q0 = q0 + QB) {
+        var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for (var d = 0u; d < dim4; d = d + 1u) {
+            let p = vec4<f32>(pages[tbase + d]);
+            for (var i = 0u; i < QB; i = i + 1u) {
+                let j = min(q0 + i, nq - 1u);
+                acc[i] = acc[i] + dot(p, queries[j * dim4 + d]);
             }
         }
-        workgroupBarrier();
-    }
-    for (var k = 0u; k < PER_THREAD; k = k + 1u) {
-        let j = lid + k * WG;
-        if (j < params.query_tokens) {
-            segment_maxima[seg * params.query_tokens + j] = best[k];
+        for (var i = 0u; i < QB; i = i + 1u) {
+            dots[i * WG + lid] = select(LOWEST, acc[i], has_token);
         }
+        workgroupBarrier();
+        for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+            if (lid < s) {
+                for (var i = 0u; i < QB; i = i + 1u) {
+                    dots[i * WG + lid] = max(dots[i * WG + lid], dots[i * WG + lid + s]);
+                }
+            }
+            workgroupBarrier();
+        }
+        if (lid < QB && q0 + lid < nq) {
+            segment_maxima[seg * nq + q0 + lid] = dots[lid * WG];
+        }
+        workgroupBarrier();
     }
 }
 

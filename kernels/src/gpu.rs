@@ -35,6 +35,8 @@ pub struct GpuContext {
     pub info: wgpu::AdapterInfo,
     /// Whether shaders may use f16.
     pub shader_f16: bool,
+    /// Whether passes can write GPU timestamps (kernel time without the submission around it).
+    pub timestamps: bool,
 }
 
 impl GpuContext {
@@ -64,7 +66,8 @@ impl GpuContext {
             .ok_or_else(|| GpuError::NoAdapter(if seen.is_empty() { "none at all".into() } else { format!("only {}", seen.join(", ")) }))?;
         let info = adapter.get_info();
         let shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
-        let required_features = if shader_f16 { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() };
+        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let required_features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("evident kernels"),
             required_features,
@@ -73,13 +76,38 @@ impl GpuContext {
         }))
         .map_err(|e| GpuError::Device(e.to_string()))?;
         device.on_uncaptured_error(Arc::new(|e: wgpu::Error| tracing::error!("uncaptured GPU error: {e}")));
-        tracing::info!(adapter = %info.name, backend = ?info.backend, kind = ?info.device_type, shader_f16, "GPU opened");
-        Ok(Arc::new(GpuContext { device, queue, info, shader_f16 }))
+        tracing::info!(adapter = %info.name, backend = ?info.backend, kind = ?info.device_type, shader_f16, timestamps, "GPU opened");
+        Ok(Arc::new(GpuContext { device, queue, info, shader_f16, timestamps }))
     }
 
     /// Whether this is a software adapter (lavapipe and the like).
     pub fn is_software(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// Bytes a device-to-device buffer copy moves per second, read and written counted (best of
+    /// `runs`, after one warm-up): the memory bound a streaming kernel is measured against.
+    pub fn copy_bandwidth(&self, bytes: u64, runs: usize) -> Result<f64, GpuError> {
+        // Several copies per submission, so that one submission's latency is a small share.
+        const COPIES: u64 = 8;
+        let bytes = bytes.min(self.device.limits().max_buffer_size) & !3;
+        let buffer =
+            |usage| self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("copy bandwidth"), size: bytes, usage, mapped_at_creation: false });
+        let (src, dst) = self.checked(|| (buffer(wgpu::BufferUsages::COPY_SRC), buffer(wgpu::BufferUsages::COPY_DST)))?;
+        let mut best = f64::INFINITY;
+        for run in 0..=runs {
+            let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("copy bandwidth") });
+            for _ in 0..COPIES {
+                encoder.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+            }
+            let start = std::time::Instant::now();
+            self.queue.submit([encoder.finish()]);
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Readback(e.to_string()))?;
+            if run > 0 {
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+        }
+        Ok((2 * COPIES * bytes) as f64 / best)
     }
 
     /// Runs `f` and turns any validation error it raised into a `GpuError`.

@@ -10,15 +10,11 @@ use crate::gpu::{GpuContext, GpuError};
 use crate::maxsim::{PageVectors, QueryBatch};
 
 const SHADER: &str = include_str!("../maxsim.wgsl");
-/// Query tokens one dispatch can score (64 threads x 4).
+/// Query tokens one dispatch can score: each thread loops over them all, so their count bounds
+/// its loop (lavapipe stops loops near 65k iterations).
 pub const MAX_QUERY_TOKENS: usize = 256;
-/// vec4s of page data staged per workgroup tile (16 KiB of f32).
-const TILE_VEC4: usize = 1024;
-/// Threads per workgroup and query tokens per thread in the shader.
+/// Threads per workgroup in the shader, and the most tokens of a segment (one thread each).
 const WG: usize = 64;
-const PER_THREAD: usize = 4;
-/// Loop iterations one invocation may run over a segment (lavapipe stops loops near 65k).
-const SEGMENT_BUDGET: usize = 24_000;
 /// Most workgroups along one dispatch dimension.
 const MAX_GROUPS_X: usize = 65_535;
 
@@ -30,9 +26,9 @@ struct Params {
     num_segments: u32,
     num_queries: u32,
     query_tokens: u32,
-    tile_tokens: u32,
     segment_groups_x: u32,
     sum_groups_x: u32,
+    pad: u32,
 }
 
 // The shader reads its parameters as laid out in maxsim.wgsl; the build stops if the two differ.
@@ -57,6 +53,7 @@ pub struct DevicePages {
     chunks: Vec<PageChunk>,
     dim: usize,
     page_count: usize,
+    vector_bytes: u64,
 }
 
 struct PageChunk {
@@ -74,6 +71,11 @@ impl DevicePages {
     /// Number of pages.
     pub fn page_count(&self) -> usize {
         self.page_count
+    }
+
+    /// Bytes of page vectors on the device (padded to whole vec4s): what one score call reads.
+    pub fn vector_bytes(&self) -> u64 {
+        self.vector_bytes
     }
 
     /// Number of device buffers the pages were split into.
@@ -161,7 +163,8 @@ impl MaxSimKernel {
                 break;
             }
         }
-        Ok(DevicePages { chunks, dim, page_count: pages.page_count() })
+        let vector_bytes = pages.token_count() as u64 * token_bytes;
+        Ok(DevicePages { chunks, dim, page_count: pages.page_count(), vector_bytes })
     }
 
     fn upload_chunk(&self, pages: &PageVectors, range: std::ops::Range<usize>, dim4: usize) -> Result<PageChunk, GpuError> {
@@ -186,7 +189,7 @@ impl MaxSimKernel {
             }
             bytemuck::cast_slice(&v).to_vec()
         };
-        let seg_tokens = (SEGMENT_BUDGET / ((dim4 + 2) * PER_THREAD)).max(1) as u32;
+        let seg_tokens = WG as u32;
         let mut segments: Vec<[u32; 2]> = Vec::new();
         let mut page_segments = vec![0u32];
         for w in offsets.windows(2) {
@@ -219,6 +222,40 @@ impl MaxSimKernel {
     /// Scores every resident page against every query: `scores[page * queries + query]`.
     /// Outputs start as NaN, so a score the kernel failed to write can never pass as real.
     pub fn score(&self, pages: &DevicePages, queries: &QueryBatch) -> Result<Vec<f32>, GpuError> {
+        self.score_with(pages, queries, None)
+    }
+
+    /// [`score`](Self::score), and the seconds its passes took on the GPU by the device's own
+    /// timestamps (`None` where the device has none): the kernels' time without the submission,
+    /// uploads and read-back around them.
+    pub fn score_timed(&self, pages: &DevicePages, queries: &QueryBatch) -> Result<(Vec<f32>, Option<f64>), GpuError> {
+        if !self.ctx.timestamps || queries.query_count() == 0 || pages.page_count == 0 {
+            return Ok((self.score(pages, queries)?, None));
+        }
+        let timer = self.ctx.checked(|| {
+            let set = self.ctx.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("maxsim time"), ty: wgpu::QueryType::Timestamp, count: 2 });
+            let resolved = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("maxsim time resolved"),
+                size: 16,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            let readback = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("maxsim time readback"),
+                size: 16,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            PassTimer { set, resolved, readback }
+        })?;
+        let scores = self.score_with(pages, queries, Some(&timer))?;
+        let view = timer.readback.slice(..).get_mapped_range().map_err(|e| GpuError::Readback(e.to_string()))?;
+        let ticks: &[u64] = bytemuck::cast_slice(&view);
+        let seconds = ticks[1].saturating_sub(ticks[0]) as f64 * f64::from(self.ctx.queue.get_timestamp_period()) * 1e-9;
+        Ok((scores, Some(seconds)))
+    }
+
+    fn score_with(&self, pages: &DevicePages, queries: &QueryBatch, timer: Option<&PassTimer>) -> Result<Vec<f32>, GpuError> {
         if queries.dim() != pages.dim {
             return Err(GpuError::Unsupported(format!("queries have {} dimensions, pages {}", queries.dim(), pages.dim)));
         }
@@ -232,6 +269,8 @@ impl MaxSimKernel {
         let device = &self.ctx.device;
         let mut readbacks = Vec::new();
         let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("maxsim") });
+        let passes = groups.len() * pages.chunks.len();
+        let mut pass_index = 0;
         self.ctx.checked(|| {
             for group in &groups {
                 let (qdata, qoffsets) = pack_queries(queries, group.clone(), dim4);
@@ -256,9 +295,9 @@ impl MaxSimKernel {
                         num_segments: chunk.num_segments as u32,
                         num_queries: gq as u32,
                         query_tokens: query_tokens as u32,
-                        tile_tokens: (TILE_VEC4 / dim4).max(1) as u32,
                         segment_groups_x: seg_x,
                         sum_groups_x: sum_x,
+                        pad: 0,
                     };
                     let storage = |label, contents: &[u8], extra| {
                         device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -290,7 +329,17 @@ impl MaxSimKernel {
                     let seg_bind = bind(&self.segment_max, &[(0, &pbuf), (1, &chunk.vectors), (2, &chunk.segments), (4, &qbuf), (6, &maxima)]);
                     let sum_bind = bind(&self.page_sum, &[(0, &pbuf), (3, &chunk.page_segments), (5, &qoff), (6, &maxima), (7, &out)]);
                     {
-                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("maxsim"), timestamp_writes: None });
+                        // The first pass writes the start time and the last the end; the others get
+                        // no timestamp writes at all (on lavapipe a pass given writes with neither
+                        // index lost its results).
+                        let (first, last) = (pass_index == 0, pass_index + 1 == passes);
+                        let timestamp_writes = timer.filter(|_| first || last).map(|t| wgpu::ComputePassTimestampWrites {
+                            query_set: &t.set,
+                            beginning_of_pass_write_index: first.then_some(0),
+                            end_of_pass_write_index: last.then_some(1),
+                        });
+                        pass_index += 1;
+                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("maxsim"), timestamp_writes });
                         if chunk.num_segments > 0 {
                             pass.set_pipeline(&self.segment_max);
                             pass.set_bind_group(0, &seg_bind, &[]);
@@ -304,10 +353,17 @@ impl MaxSimKernel {
                     readbacks.push((readback, chunk.first_page, chunk.num_pages, group.start, gq));
                 }
             }
+            if let Some(t) = timer {
+                encoder.resolve_query_set(&t.set, 0..2, &t.resolved, 0);
+                encoder.copy_buffer_to_buffer(&t.resolved, 0, &t.readback, 0, 16);
+            }
         })?;
         self.ctx.queue.submit([encoder.finish()]);
         for (readback, _, _, _, _) in &readbacks {
             readback.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        }
+        if let Some(t) = timer {
+            t.readback.slice(..).map_async(wgpu::MapMode::Read, |_| {});
         }
         device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Readback(e.to_string()))?;
         for (readback, first_page, num_pages, first_query, gq) in readbacks {
@@ -321,6 +377,13 @@ impl MaxSimKernel {
         }
         Ok(scores)
     }
+}
+
+/// A timestamp query set and the buffers its two times pass through to the host.
+struct PassTimer {
+    set: wgpu::QuerySet,
+    resolved: wgpu::Buffer,
+    readback: wgpu::Buffer,
 }
 
 /// A dispatch grid for `groups` workgroups: x up to the per-dimension limit, the rest in y.

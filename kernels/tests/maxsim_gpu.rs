@@ -109,3 +109,25 @@ fn f32_storage_matches_too() {
     let (pages, queries) = build(&mut rng, 384, &[700, 1, 0, 33], &[20, 4]);
     check("f32 storage", &kernel, &pages, &queries);
 }
+
+#[test]
+fn timed_scores_equal_the_untimed_ones_over_several_buffers_and_query_groups() {
+    let mut rng = Noise::new(4);
+    let sizes: Vec<usize> = (0..300).map(|_| rng.below(40)).collect();
+    // 13 queries of 23 tokens: two query groups of at most 256 tokens, over several buffers,
+    // so the timestamps span passes that begin and end in different places.
+    let (pages, queries) = build(&mut rng, 45, &sizes, &[23; 13]);
+    let kernel = MaxSimKernel::new(gpu()).expect("kernel compiles").with_max_chunk_bytes(64 * 1024);
+    let resident = kernel.upload(&pages).expect("upload");
+    assert!(resident.chunk_count() > 1, "the pages span several device buffers");
+    let untimed = kernel.score(&resident, &queries).expect("untimed scores");
+    assert_all_close("untimed scores", &untimed, &maxsim_reference(&pages, &queries), 1e-3, 1e-3);
+    let (timed, seconds) = kernel.score_timed(&resident, &queries).expect("timed scores");
+    assert_all_close("timed scores", &timed, &maxsim_reference(&pages, &queries), 1e-3, 1e-3);
+    match seconds {
+        Some(s) => assert!(s > 0.0 && s < 60.0, "the passes' GPU time, {s} s, is a real duration"),
+        None => assert!(!gpu().timestamps, "a device with timestamps reports a time"),
+    }
+    let (_, none) = kernel.score_timed(&resident, &QueryBatch::new(45)).expect("no queries");
+    assert_eq!(none, None, "no queries, no passes, no time");
+}
