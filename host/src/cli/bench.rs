@@ -217,11 +217,9 @@ fn bench_encoder(ctx: &Context, args: BenchEncoderArgs) -> Result<ExitCode> {
             .with_context(|| format!("cannot run {}", python.display()))?;
         anyhow::ensure!(out.status.success(), "sentence-transformers failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-        rows.push((
-            format!("sentence-transformers (torch CPU, {} threads)", v["threads"]),
-            v["tokens"].as_u64().unwrap_or(0) as usize,
-            v["seconds"].as_f64().unwrap_or(f64::NAN),
-        ));
+        let device = v["device"].as_str().unwrap_or("cpu");
+        let on = if device.starts_with("cuda") { format!("torch {device}") } else { format!("torch CPU, {} threads", v["threads"]) };
+        rows.push((format!("sentence-transformers ({on})"), v["tokens"].as_u64().unwrap_or(0) as usize, v["seconds"].as_f64().unwrap_or(f64::NAN)));
     }
     println!("{} pages of {} (texts truncated at 256 tokens, as sentence-transformers does)", texts.len(), args.pdf.display());
     println!("{:<48} {:>8} {:>9} {:>9}", "encoder", "tokens", "seconds", "tokens/s");
