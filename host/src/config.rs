@@ -157,6 +157,8 @@ pub struct ComputeConfig {
     pub encoder_precision: CpuPrecision,
     /// OCR's 1x1 convolutions and constant products on the CPU (a GPU runs f32).
     pub ocr_precision: CpuPrecision,
+    /// Where OCR's networks run: the native CPU ones unless a GPU is asked for by name.
+    pub ocr_backend: ComputeBackend,
     /// Memory for page vectors kept between questions, in MiB (0: read them for every search).
     pub vector_cache_mib: u64,
     /// Memory for enrich artifacts kept between questions, in MiB (0: read them for every call).

@@ -39,7 +39,7 @@ pub struct BenchOcrArgs {
     /// Longer side of the image the text detector sees (default: `ingest.ocr_detect_px`).
     #[arg(long)]
     detect_px: Option<u32>,
-    /// Backend for Evident's engine (default: `compute.backend`).
+    /// Backend for Evident's engine (default: `compute.ocr_backend`).
     #[arg(long, value_enum)]
     backend: Option<ComputeBackend>,
     /// The Tesseract program to compare with (Debian: apt-get install tesseract-ocr tesseract-ocr-eng).
@@ -97,7 +97,7 @@ pub fn run(ctx: &Context, args: BenchOcrArgs) -> Result<ExitCode> {
     if sample.is_empty() {
         bail!("no page with a text layer of {}+ words in the PDFs given", args.min_words);
     }
-    let device = evident::models::burn_device(args.backend.unwrap_or(ctx.config.compute.backend));
+    let device = evident::models::burn_device(args.backend.unwrap_or(ctx.config.compute.ocr_backend));
     let detect_px = args.detect_px.unwrap_or(ctx.config.ingest.ocr_detect_px);
     let dir = ctx.config.models_dir.join(evident::ocr::MODEL_DIR);
     let mut engines = Vec::new();

@@ -41,7 +41,7 @@ impl OcrSettings {
         if mode == OcrMode::Never {
             return Ok(None);
         }
-        let device = crate::models::burn_device(config.compute.backend);
+        let device = crate::models::burn_device(config.compute.ocr_backend);
         let engine = OcrEngine::load_on(&config.models_dir.join(crate::ocr::MODEL_DIR), &device, config.compute.ocr_precision)?
             .with_detector_side(config.ingest.ocr_detect_px);
         Ok(Some(OcrSettings { engine: Arc::new(engine), mode, max_px: config.ingest.ocr_max_px }))
