@@ -330,8 +330,8 @@ impl MaxSimKernel {
                     let sum_bind = bind(&self.page_sum, &[(0, &pbuf), (3, &chunk.page_segments), (5, &qoff), (6, &maxima), (7, &out)]);
                     {
                         // The first pass writes the start time and the last the end; the others get
-                        // no timestamp writes at all (on lavapipe a pass given writes with neither
-                        // index lost its results).
+                        // no timestamp writes at all (on lavapipe, passes given writes with neither
+                        // index returned wrong scores).
                         let (first, last) = (pass_index == 0, pass_index + 1 == passes);
                         let timestamp_writes = timer.filter(|_| first || last).map(|t| wgpu::ComputePassTimestampWrites {
                             query_set: &t.set,
