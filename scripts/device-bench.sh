@@ -4,6 +4,7 @@
 # takes at most 64 MiB of files a call, so the work is split:
 #
 #   here:     bash scripts/device-bench.sh pack       release build, then .dev/a, .dev/b, .dev/c
+#             (or pack-maxsim: .dev/m, the binary alone, for `stage .dev/m && maxsim` in one call)
 #   there:    bash scripts/device-bench.sh stage .dev/a && bash scripts/device-bench.sh maxsim-ocr
 #             bash scripts/device-bench.sh stage .dev/b
 #             bash scripts/device-bench.sh stage .dev/c && bash scripts/device-bench.sh encoder
@@ -52,6 +53,17 @@ pack() {
   du -sh .dev/*
 }
 
+pack_maxsim() {
+  local target=${CARGO_TARGET_DIR:-target}
+  [ -n "${SKIP_BUILD:-}" ] || cargo build --release --locked -p evident
+  rm -rf .dev && mkdir -p .dev/m/bundle/lib
+  strip -o .dev/m/bundle/evident "$target/release/evident"
+  cp .evident/lib/libpdfium.so .dev/m/bundle/lib/
+  tar -C .dev/m/bundle -cf - . | xz -T2 -9 > .dev/m/bundle.tar.xz
+  rm -rf .dev/m/bundle
+  du -sh .dev/m
+}
+
 stage() {
   mkdir -p "$STAGE"
   cp -r "$1"/. "$STAGE"/
@@ -92,6 +104,17 @@ maxsim_ocr() {
   return 0
 }
 
+# MaxSim alone, at each of MAXSIM_QUERY_TOKENS question lengths.
+maxsim() {
+  environment
+  set +e
+  for qt in ${MAXSIM_QUERY_TOKENS:-20 120}; do
+    timeout "${MAXSIM_TIMEOUT:-150}" "$STAGE/evident" bench maxsim --pages "${MAXSIM_PAGES:-1000,10000,30000}" --query-tokens "$qt" \
+      --python python3 2>&1 | tee "$OUT/maxsim-q$qt.txt"
+  done
+  return 0
+}
+
 encoder() {
   environment
   local weights=$STAGE/models/all-minilm-l6-v2/model.safetensors
@@ -106,8 +129,10 @@ encoder() {
 
 case "${1:-}" in
   pack) pack ;;
+  pack-maxsim) pack_maxsim ;;
+  maxsim) maxsim ;;
   stage) stage "$2" ;;
   maxsim-ocr) maxsim_ocr ;;
   encoder) encoder ;;
-  *) echo "usage: $0 pack | stage DIR | maxsim-ocr | encoder" >&2; exit 2 ;;
+  *) echo "usage: $0 pack | pack-maxsim | stage DIR | maxsim-ocr | maxsim | encoder" >&2; exit 2 ;;
 esac

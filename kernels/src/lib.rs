@@ -32,7 +32,7 @@ pub use gpu::{AdapterChoice, GpuContext, GpuError};
 pub use maxsim::{PageVectors, QueryBatch, maxsim_reference};
 pub use maxsim_candidates::{CentroidTable, Codebook, PageCodes, candidates, centroid_scores, two_stage_top_k};
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};
-pub use maxsim_gpu::{DevicePages, MaxSimKernel};
+pub use maxsim_gpu::{DevicePages, MaxSimKernel, SegmentMaxForm};
 pub use pointwise_cpu::{PointwiseOp, add_assign, apply_pointwise, softmax_rows};
 pub use quant::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, vnni_rounded};
 pub use token_pooling::pool_tokens;

@@ -10,6 +10,39 @@ use crate::gpu::{GpuContext, GpuError};
 use crate::maxsim::{PageVectors, QueryBatch};
 
 const SHADER: &str = include_str!("../maxsim.wgsl");
+const SEGMENT_MAX_ROWS: &str = include_str!("../maxsim_rows.wgsl");
+const SEGMENT_MAX_TILED: &str = include_str!("../maxsim_tiled.wgsl");
+
+/// Which form of the first pass (each segment's max per query token) a kernel compiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SegmentMaxForm {
+    /// A thread per page token, eight query tokens at a time (the measured one: the default).
+    #[default]
+    Rows,
+    /// A tiled product of 64 tokens by 24 query tokens through workgroup memory (a candidate,
+    /// not yet measured on a GPU in this form).
+    Tiled,
+}
+
+impl SegmentMaxForm {
+    /// Both forms, the default first.
+    pub const ALL: [SegmentMaxForm; 2] = [SegmentMaxForm::Rows, SegmentMaxForm::Tiled];
+
+    /// The form's name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            SegmentMaxForm::Rows => "rows",
+            SegmentMaxForm::Tiled => "tiled",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            SegmentMaxForm::Rows => SEGMENT_MAX_ROWS,
+            SegmentMaxForm::Tiled => SEGMENT_MAX_TILED,
+        }
+    }
+}
 /// Query tokens one dispatch can score: each thread loops over them all, so their count bounds
 /// its loop (lavapipe stops loops near 65k iterations).
 pub const MAX_QUERY_TOKENS: usize = 256;
@@ -46,6 +79,7 @@ pub struct MaxSimKernel {
     max_chunk_bytes: u64,
     /// Page vectors stored as f16 on the device (else f32).
     f16: bool,
+    form: SegmentMaxForm,
 }
 
 /// Page vectors resident on the device, in chunks that each fit one storage binding.
@@ -93,11 +127,16 @@ impl MaxSimKernel {
 
     /// Compiles the kernel with f16 or f32 page storage (f16 needs shader-f16).
     pub fn with_storage(ctx: Arc<GpuContext>, f16: bool) -> Result<MaxSimKernel, GpuError> {
+        MaxSimKernel::with_form(ctx, f16, SegmentMaxForm::default())
+    }
+
+    /// Compiles the kernel with the given page storage and form of the first pass.
+    pub fn with_form(ctx: Arc<GpuContext>, f16: bool, form: SegmentMaxForm) -> Result<MaxSimKernel, GpuError> {
         if f16 && !ctx.shader_f16 {
             return Err(GpuError::Unsupported(format!("{} has no shader-f16", ctx.info.name)));
         }
         let prelude = if f16 { "enable f16;\nalias PageElem = f16;\n" } else { "alias PageElem = f32;\n" };
-        let source = format!("{prelude}{SHADER}");
+        let source = format!("{prelude}{SHADER}\n{}", form.source());
         let (segment_max, page_sum) = ctx.checked(|| {
             let module =
                 ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("maxsim.wgsl"), source: wgpu::ShaderSource::Wgsl(source.into()) });
@@ -115,13 +154,18 @@ impl MaxSimKernel {
         })?;
         let limits = ctx.device.limits();
         let max_chunk_bytes = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) & !15;
-        Ok(MaxSimKernel { ctx, segment_max, page_sum, max_chunk_bytes, f16 })
+        Ok(MaxSimKernel { ctx, segment_max, page_sum, max_chunk_bytes, f16, form })
     }
 
     /// Caps the bytes of page vectors per device buffer (to exercise chunking in tests).
     pub fn with_max_chunk_bytes(mut self, bytes: u64) -> MaxSimKernel {
         self.max_chunk_bytes = self.max_chunk_bytes.min(bytes.max(16) & !15);
         self
+    }
+
+    /// The form of the first pass this kernel runs.
+    pub fn form(&self) -> SegmentMaxForm {
+        self.form
     }
 
     /// The device this kernel runs on.
@@ -307,8 +351,14 @@ impl MaxSimKernel {
                         })
                     };
                     let pbuf = storage("maxsim params", bytemuck::bytes_of(&params), wgpu::BufferUsages::empty());
-                    let nan_maxima = vec![f32::NAN; (chunk.num_segments * query_tokens).max(1)];
-                    let maxima = storage("maxsim segment maxima", bytemuck::cast_slice(&nan_maxima), wgpu::BufferUsages::empty());
+                    // Written whole by segment_max, so left to wgpu's zeroing on the device: filling it
+                    // from the host moved 4 bytes per segment and query token each call.
+                    let maxima = device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("maxsim segment maxima"),
+                        size: ((chunk.num_segments * query_tokens).max(1) * 4) as u64,
+                        usage: wgpu::BufferUsages::STORAGE,
+                        mapped_at_creation: false,
+                    });
                     let out_len = (chunk.num_pages * gq).max(1);
                     let out = storage("maxsim scores", bytemuck::cast_slice(&vec![f32::NAN; out_len]), wgpu::BufferUsages::COPY_SRC);
                     let readback = device.create_buffer(&wgpu::BufferDescriptor {

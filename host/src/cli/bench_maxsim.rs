@@ -5,7 +5,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, cpu_features};
+use evident_kernels::{AdapterChoice, GpuContext, MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, SegmentMaxForm, cpu_features};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// Page lengths are drawn from this range (mean 128 tokens).
@@ -51,9 +51,10 @@ fn peak_gflops() -> (f64, String) {
 /// Runs the benchmark and prints a table.
 pub fn run(sizes: Vec<usize>, query_tokens: usize, dim: usize, python: &Path, no_gpu: bool) -> Result<ExitCode> {
     let gpu = if no_gpu { None } else { GpuContext::new(AdapterChoice::Any).ok() };
-    let kernel = match &gpu {
-        Some(ctx) => Some(MaxSimKernel::new(ctx.clone())?),
-        None => None,
+    // Each form of the kernel's first pass, side by side: the default and the candidate.
+    let kernels = match &gpu {
+        Some(ctx) => SegmentMaxForm::ALL.into_iter().map(|form| MaxSimKernel::with_form(ctx.clone(), ctx.shader_f16, form)).collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
     };
     let (peak, peak_how) = peak_gflops();
     println!("MaxSim, {dim} dims, {query_tokens} query tokens, pages of {}-{} tokens (f16 storage)", PAGE_TOKENS.start, PAGE_TOKENS.end - 1);
@@ -64,7 +65,7 @@ pub fn run(sizes: Vec<usize>, query_tokens: usize, dim: usize, python: &Path, no
     );
     if let Some(ctx) = &gpu {
         println!(
-            "WGSL kernel on {} ({:?}, {:?}{}); M vec/s per whole call (queries up, scores back), GPU GB/s of page vectors {}",
+            "WGSL kernel on {} ({:?}, {:?}{}), in each form of its first pass (rows: a thread per token, the default; tiled: a tiled product); M vec/s per whole call (queries up, scores back), GPU GB/s of page vectors {}",
             ctx.info.name,
             ctx.info.backend,
             ctx.info.device_type,
@@ -81,10 +82,13 @@ pub fn run(sizes: Vec<usize>, query_tokens: usize, dim: usize, python: &Path, no
         }
         _ => None,
     };
-    println!(
-        "\n{:>7} {:>10}  {:>14} {:>7}  {:>14} {:>9} {:>6}  {:>14} {:>14}  {:>9}",
-        "pages", "vectors", "CPU M vec/s", "%peak", "WGSL M vec/s", "GPU GB/s", "%copy", "np padded", "np flat", "CPU/flat"
-    );
+    let mut header = format!("\n{:>7} {:>10}  {:>14} {:>7}", "pages", "vectors", "CPU M vec/s", "%peak");
+    for k in &kernels {
+        let name = k.form().name();
+        header += &format!("  {:>14} {:>9} {:>6}", format!("{name} M vec/s"), "GPU GB/s", "%copy");
+    }
+    header += &format!("  {:>14} {:>14}  {:>9}", "np padded", "np flat", "CPU/flat");
+    println!("{header}");
     let mut rng = StdRng::seed_from_u64(42);
     for &n in &sizes {
         let mut pages = PageVectors::new(dim);
@@ -103,47 +107,37 @@ pub fn run(sizes: Vec<usize>, query_tokens: usize, dim: usize, python: &Path, no
         let (cpu_s, cpu_scores) = best_of(runs, || Ok(cpu.score(&pages, &queries)))?;
         let gflops = tokens * query_tokens as f64 * dim as f64 * 2.0 / cpu_s / 1e9;
 
-        let gpu_s = match (&kernel, &gpu) {
-            (Some(k), Some(ctx)) => {
-                let resident = k.upload(&pages)?;
-                // A real GPU's call takes milliseconds: more runs cost nothing and steady the best.
-                let r = if ctx.is_software() { 1 } else { 4 * runs };
-                let (mut wall, mut kernel_s) = (f64::INFINITY, f64::INFINITY);
-                for _ in 0..r {
-                    let started = Instant::now();
-                    let (scores, on_gpu) = k.score_timed(&resident, &queries)?;
-                    let elapsed = started.elapsed().as_secs_f64();
-                    let diff = scores.iter().zip(&cpu_scores).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
-                    anyhow::ensure!(diff < 1e-3, "the WGSL kernel and the CPU path disagree by {diff}");
-                    wall = wall.min(elapsed);
-                    // Without timestamps the call's own time stands for the kernels'.
-                    kernel_s = kernel_s.min(on_gpu.unwrap_or(elapsed));
-                }
-                Some((wall, resident.vector_bytes() as f64 / kernel_s / 1e9))
+        let mut gpu_rates = Vec::new();
+        for k in &kernels {
+            let resident = k.upload(&pages)?;
+            // A real GPU's call takes milliseconds: more runs cost nothing and steady the best.
+            let r = if k.context().is_software() { 1 } else { 4 * runs };
+            let (mut wall, mut kernel_s) = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..r {
+                let started = Instant::now();
+                let (scores, on_gpu) = k.score_timed(&resident, &queries)?;
+                let elapsed = started.elapsed().as_secs_f64();
+                let diff = scores.iter().zip(&cpu_scores).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
+                anyhow::ensure!(diff < 1e-3, "the WGSL kernel ({} form) and the CPU path disagree by {diff}", k.form().name());
+                wall = wall.min(elapsed);
+                // Without timestamps the call's own time stands for the kernels'.
+                kernel_s = kernel_s.min(on_gpu.unwrap_or(elapsed));
             }
-            _ => None,
-        };
+            gpu_rates.push((wall, resident.vector_bytes() as f64 / kernel_s / 1e9));
+        }
 
         let numpy = numpy_reference(python, &pages, &queries)?;
         let flat_diff = max_rel_diff(&cpu_scores, &numpy.1);
         anyhow::ensure!(flat_diff < 1e-3, "numpy and the CPU path disagree by {flat_diff}");
         let rate = |s: f64| tokens / s / 1e6;
-        println!(
-            "{n:>7} {:>10}  {:>14.2} {:>6.1}%  {:>14} {:>9} {:>6}  {:>14.2} {:>14.2}  {:>8.2}x",
-            tokens as u64,
-            rate(cpu_s),
-            gflops / peak * 100.0,
-            gpu_s.map(|(s, _)| format!("{:.2}", rate(s))).unwrap_or_else(|| "-".into()),
-            gpu_s.map(|(_, gbs)| format!("{gbs:.0}")).unwrap_or_else(|| "-".into()),
-            match (gpu_s, copy_gbs) {
-                // The copy's traffic, reads and writes together, is what the memory sustains.
-                (Some((_, gbs)), Some(copy)) => format!("{:.1}%", gbs / copy * 100.0),
-                _ => "-".into(),
-            },
-            rate(numpy.0.0),
-            rate(numpy.0.1),
-            numpy.0.1 / cpu_s,
-        );
+        let mut row = format!("{n:>7} {:>10}  {:>14.2} {:>6.1}%", tokens as u64, rate(cpu_s), gflops / peak * 100.0);
+        for &(wall, gbs) in &gpu_rates {
+            // The copy's traffic, reads and writes together, is what the memory sustains.
+            let copy = copy_gbs.map(|c| format!("{:.1}%", gbs / c * 100.0)).unwrap_or_else(|| "-".into());
+            row += &format!("  {:>14.2} {:>9.0} {:>6}", rate(wall), gbs, copy);
+        }
+        row += &format!("  {:>14.2} {:>14.2}  {:>8.2}x", rate(numpy.0.0), rate(numpy.0.1), numpy.0.1 / cpu_s);
+        println!("{row}");
     }
     Ok(ExitCode::SUCCESS)
 }
