@@ -4,13 +4,16 @@
 # takes at most 64 MiB of files a call, so the work is split:
 #
 #   here:     bash scripts/device-bench.sh pack       release build, then .dev/a, .dev/b, .dev/c
-#             (or pack-maxsim: .dev/m, the binary alone, for `stage .dev/m && maxsim` in one call)
+#             (or pack-maxsim: .dev/m, the binary alone, for `stage .dev/m && maxsim` in one call;
+#             or pack-generate: .dev/m and the 0.5B generator in .dev/g00.. parts of 60 MB, staged
+#             one call each, the last part with .dev/m, then `generate` joins and checks them)
 #   there:    bash scripts/device-bench.sh stage .dev/a && bash scripts/device-bench.sh maxsim-ocr
 #             bash scripts/device-bench.sh stage .dev/b
 #             bash scripts/device-bench.sh stage .dev/c && bash scripts/device-bench.sh encoder
 #
 # (one `device run` each, carrying .gl and the folder it stages; files staged by one call stay on
-# the machine while it is held). The generator's GGUF files (0.5 and 1.1 GB) do not fit such calls.
+# the machine while it is held, and it is let go after 30 s idle, so the calls go back to back).
+# The 1.5B generator's 1.1 GB would take 19 such calls; the 0.5B's 491 MB takes 9.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STAGE=${STAGE:-/root/evident-stage}
@@ -64,6 +67,23 @@ pack_maxsim() {
   du -sh .dev/m
 }
 
+# The binary (.dev/m) and GEN_MODEL's GGUF cut into parts of 60 MB (.dev/g00, .dev/g01, ...),
+# its name and sha256 beside the binary.
+pack_generate() {
+  local model=${GEN_MODEL:-qwen2.5-coder-0.5b-instruct} file
+  pack_maxsim
+  file=$(ls .evident/models/"$model"/*.gguf)
+  mkdir -p .dev/parts
+  split -b 60M -d -a 2 "$file" .dev/parts/part.
+  for part in .dev/parts/part.*; do
+    mkdir -p ".dev/g${part##*.}" && mv "$part" ".dev/g${part##*.}/"
+  done
+  rmdir .dev/parts
+  echo "$model/$(basename "$file")" > .dev/m/model.path
+  sha256sum "$file" | cut -d' ' -f1 > .dev/m/model.sha256
+  du -sh .dev/*
+}
+
 stage() {
   mkdir -p "$STAGE"
   cp -r "$1"/. "$STAGE"/
@@ -115,6 +135,30 @@ maxsim() {
   return 0
 }
 
+# The generator on the GPU (burn's network on wgpu) beside the native CPU decoder on the same
+# machine's cores, after every part of pack-generate has been staged.
+generate() {
+  environment
+  local path weights
+  path=$(cat "$STAGE/model.path")
+  weights=$STAGE/models/$path
+  mkdir -p "$(dirname "$weights")"
+  cat "$STAGE"/part.* > "$weights"
+  echo "$(cat "$STAGE/model.sha256")  $weights" | sha256sum -c - || return 1
+  rm "$STAGE"/part.*
+  case "$path" in
+    qwen2.5-coder-0.5b*) printf '[generator]\nmodel = "qwen2.5-0.5b"\n' > "$STAGE/generate.toml" ;;
+    qwen2.5-coder-1.5b*) printf '[generator]\nmodel = "qwen2.5-1.5b"\n' > "$STAGE/generate.toml" ;;
+    *) printf '[generator]\nmodel = "smollm2-135m"\n' > "$STAGE/generate.toml" ;;
+  esac
+  set +e
+  RUST_BACKTRACE=1 timeout "${GENERATE_TIMEOUT:-300}" "$STAGE/evident" --config "$STAGE/generate.toml" bench generate --backends cpu,wgpu \
+    --prompt-tokens 512 --decode-tokens 64 > "$OUT/generate.txt" 2>&1
+  echo "exit status $?" >> "$OUT/generate.txt"
+  tail -n 20 "$OUT/generate.txt"
+  return 0
+}
+
 encoder() {
   environment
   local weights=$STAGE/models/all-minilm-l6-v2/model.safetensors
@@ -130,9 +174,11 @@ encoder() {
 case "${1:-}" in
   pack) pack ;;
   pack-maxsim) pack_maxsim ;;
+  pack-generate) pack_generate ;;
   maxsim) maxsim ;;
+  generate) generate ;;
   stage) stage "$2" ;;
   maxsim-ocr) maxsim_ocr ;;
   encoder) encoder ;;
-  *) echo "usage: $0 pack | pack-maxsim | stage DIR | maxsim-ocr | maxsim | encoder" >&2; exit 2 ;;
+  *) echo "usage: $0 pack | pack-maxsim | pack-generate | stage DIR | maxsim-ocr | maxsim | generate | encoder" >&2; exit 2 ;;
 esac
