@@ -18,7 +18,7 @@ use super::Context;
 pub enum BenchCommand {
     /// PDF extraction throughput (text + boxes, then with page images), nothing stored.
     Ingest(BenchIngestArgs),
-    /// MaxSim throughput: the native CPU path, the WGSL kernel and numpy, on the same inputs.
+    /// MaxSim throughput: the native CPU path, the WGSL kernel (both forms) and numpy, on the same inputs.
     Maxsim(BenchMaxsimArgs),
     /// Encoder throughput (tokens/s) beside sentence-transformers on the same texts.
     Encoder(BenchEncoderArgs),
