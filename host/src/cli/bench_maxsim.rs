@@ -32,13 +32,21 @@ fn max_rel_diff(a: &[f32], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs() / y.abs().max(1.0)).fold(0.0, f64::max)
 }
 
-/// Peak single-precision rate of this CPU, assuming two FMA units per core.
+/// Peak single-precision rate of this CPU, assuming two FMA units per core, at its highest
+/// clock where the kernel says it (cpufreq), else at the clock /proc/cpuinfo reports (a boosting
+/// CPU can then pass 100 %).
 fn peak_gflops() -> (f64, String) {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let mhz = std::fs::read_to_string("/proc/cpuinfo")
+    let max_mhz = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
-        .unwrap_or(2000.0);
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .map(|khz| khz / 1000.0);
+    let reported_mhz = || {
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
+    };
+    let mhz = max_mhz.or_else(reported_mhz).unwrap_or(2000.0);
     let lanes = match cpu_features() {
         "avx512f" => 16.0,
         "avx2+fma" => 8.0,
