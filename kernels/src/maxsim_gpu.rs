@@ -43,6 +43,7 @@ impl SegmentMaxForm {
         }
     }
 }
+
 /// Query tokens one dispatch can score: each thread loops over them all, so their count bounds
 /// its loop (lavapipe stops loops near 65k iterations).
 pub const MAX_QUERY_TOKENS: usize = 256;
