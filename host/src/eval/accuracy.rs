@@ -295,11 +295,29 @@ mod tests {
     #[test]
     fn a_phrase_or_definition_gold_is_compared_with_the_short_form() {
         let where_ = "Berlin School of Experimental Psychology";
-        assert!(is_correct("Gestalt psychology was conceived in the Berlin School of Experimental Psychology, and tries to understand perception.", true, where_, true));
-        assert!(!is_correct("It was conceived in Vienna.\nThe Berlin School of Experimental Psychology came later.", true, where_, true), "only the first sentence counts");
+        assert!(is_correct(
+            "Gestalt psychology was conceived in the Berlin School of Experimental Psychology, and tries to understand perception.",
+            true,
+            where_,
+            true
+        ));
+        assert!(
+            !is_correct("It was conceived in Vienna.\nThe Berlin School of Experimental Psychology came later.", true, where_, true),
+            "only the first sentence counts"
+        );
         let law = "Elements of objects tend to be perceptually grouped together if they form a pattern that is regular, simple, and orderly.";
-        assert!(is_correct("The law of good gestalt states that elements of objects tend to be grouped together if they form a pattern that is regular, simple, and orderly.", true, law, true));
+        assert!(is_correct(
+            "The law of good gestalt states that elements of objects tend to be grouped together if they form a pattern that is regular, simple, and orderly.",
+            true,
+            law,
+            true
+        ));
         assert!(!is_correct("The law says that closed shapes are seen as whole even when parts of them are missing.", true, law, true));
-        assert!(!is_correct("Amazon recognizes lease cost by the lower of cost or market value.", true, "straight-line basis without regard to deferred payment terms", true));
+        assert!(!is_correct(
+            "Amazon recognizes lease cost by the lower of cost or market value.",
+            true,
+            "straight-line basis without regard to deferred payment terms",
+            true
+        ));
     }
 }
