@@ -255,7 +255,8 @@ pub const NOT_ANSWERABLE: &str = "NOT_ANSWERABLE";
 
 /// Whether a generated answer says the pages do not answer.
 pub fn says_not_answerable(text: &str) -> bool {
-    let t = text.trim().to_ascii_uppercase().replace([' ', '-'], "_");
+    // A reply of nothing but markers (the prompt's own "[n]" echoed) answers nothing.
+    let t = strip_markers(text).to_ascii_uppercase().replace([' ', '-'], "_");
     t.is_empty() || t.contains(NOT_ANSWERABLE) || t.starts_with("NOT_ANSWER") || t.starts_with("UNANSWERABLE")
 }
 
@@ -303,10 +304,12 @@ pub fn cited_numbers(text: &str, count: usize) -> Vec<usize> {
     out
 }
 
-/// The generated text with page markers such as "[2]" removed and whitespace tidied.
+/// The generated text with page markers such as "[2]" removed and whitespace tidied, and with
+/// the prompts' placeholder "[n]", which the model sometimes copies instead of a page number.
 pub fn strip_markers(text: &str) -> String {
+    let text = text.replace("[n]", " ");
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
+    let mut rest = text.as_str();
     while let Some(open) = rest.find('[') {
         let inner: String = rest[open + 1..].chars().take_while(|c| c.is_ascii_digit() || *c == ',' || *c == ' ').collect();
         let close = open + 1 + inner.len();
@@ -398,6 +401,7 @@ mod tests {
     fn markers_are_found_and_removed() {
         assert_eq!(cited_numbers("Paris [2], also [1] and [2] and [9] [x]", 3), vec![2, 1]);
         assert_eq!(strip_markers("Revenue was $5 million [2]. It grew [1, 3]."), "Revenue was $5 million. It grew.");
+        assert_eq!(strip_markers("44% [n]"), "44%");
     }
 
     #[test]
@@ -405,6 +409,7 @@ mod tests {
         assert!(says_not_answerable("NOT_ANSWERABLE"));
         assert!(says_not_answerable(" not answerable."));
         assert!(!says_not_answerable("The answer is 42."));
+        assert!(says_not_answerable(" [n]"));
     }
 
     #[test]
