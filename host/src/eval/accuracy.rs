@@ -6,8 +6,8 @@
 //! unless the gold is one) within a relative tolerance; a list is compared as a set of items, and
 //! an answer naming many more items than the gold has does not pass; a short string by
 //! containment in the short form or string similarity; a long gold answer (FinanceBench's
-//! explanations) by the short form's yes/no and its first figure among the answer's first three,
-//! or, with neither (a phrase or a definition), as a short string is;
+//! explanations) by the short form's yes/no and its first figure that is neither a year nor one the
+//! question states among the answer's first three, or, with neither (a phrase or a definition), as a short string is;
 //! "not answerable" is right only when the gold says so. No rule lets a padded answer ("1. 2. 3. ... 26.") match by listing numbers.
 //! Where the benchmark gives a second reference (UDA's exact program value), an answer that
 //! matches it passes too ([`is_correct_either`]).
@@ -118,11 +118,32 @@ pub fn short_form(predicted: &str) -> String {
 /// (a percentage for a percentage gold), else the first number; years are skipped unless the
 /// gold is a year.
 fn stated_figure(short: &str, gold: &str, gold_value: f64) -> Option<f64> {
-    let is_year = |v: f64| v.fract() == 0.0 && (1900.0..=2100.0).contains(&v);
     let keep_years = is_year(gold_value);
     let stated: Vec<(f64, bool)> = figures(short).into_iter().filter(|(v, _)| keep_years || !is_year(*v)).collect();
     let gold_percent = gold.contains('%') || gold.to_lowercase().contains("percent");
     stated.iter().find(|(_, p)| *p == gold_percent).or(stated.first()).map(|(v, _)| *v)
+}
+
+/// The text without the days of its dates ("January 28, 2023" reads "January 2023"): a day
+/// is no figure an answer states.
+fn without_days(text: &str) -> String {
+    const MONTHS: [&str; 12] = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut out: Vec<&str> = Vec::with_capacity(words.len());
+    for (i, word) in words.iter().enumerate() {
+        let day = word.trim_end_matches([',', '.']);
+        let after_month = i > 0 && MONTHS.contains(&words[i - 1].trim_end_matches([',', '.']).to_lowercase().as_str());
+        if after_month && (1..=2).contains(&day.len()) && day.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        out.push(word);
+    }
+    out.join(" ")
+}
+
+/// Whether a number reads as a year (1900 to 2100, whole).
+fn is_year(v: f64) -> bool {
+    v.fract() == 0.0 && (1900.0..=2100.0).contains(&v)
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -173,6 +194,12 @@ fn yes_no(text: &str) -> Option<bool> {
 
 /// Whether `predicted` answers like `gold`.
 pub fn is_correct(predicted: &str, predicted_answerable: bool, gold: &str, gold_answerable: bool) -> bool {
+    judge("", predicted, predicted_answerable, gold, gold_answerable)
+}
+
+/// Whether `predicted` answers `question` like `gold`: the figures the question states (its
+/// company "3M", its year "FY2022") are not what an explained gold answers.
+fn judge(question: &str, predicted: &str, predicted_answerable: bool, gold: &str, gold_answerable: bool) -> bool {
     if !gold_answerable || gold.trim().eq_ignore_ascii_case("not answerable") {
         return !predicted_answerable;
     }
@@ -207,8 +234,16 @@ pub fn is_correct(predicted: &str, predicted_answerable: bool, gold: &str, gold_
     {
         return false;
     }
-    match numbers(gold).first() {
-        Some(value) => numbers(&without_citations(predicted)).iter().take(3).any(|v| close(*v, *value)),
+    // The gold's first figure that is neither a year nor one the question states (an answer
+    // repeating "3M" or "FY2022" has stated nothing), unless it has no other.
+    let given = numbers(question);
+    let stated = |v: f64| !is_year(v) && !given.iter().any(|g| close(*g, v));
+    let gold_numbers = numbers(&without_days(gold));
+    match gold_numbers.iter().copied().find(|v| stated(*v)).or(gold_numbers.first().copied()) {
+        Some(value) => {
+            let other = !stated(value);
+            numbers(&without_days(&without_citations(predicted))).into_iter().filter(|v| other || stated(*v)).take(3).any(|v| close(v, value))
+        }
         // A phrase or a definition (MMLongBench-Doc's longer string answers): the short form,
         // which is what the benchmark's extraction step would compare, as for a short gold (the
         // whole answer, compared before, passed any answer holding the gold at half its length).
@@ -221,8 +256,8 @@ pub fn is_correct(predicted: &str, predicted_answerable: bool, gold: &str, gold_
 /// rounded or printed as a percentage ("-24.5%" and "-0.2445"; "6.6" and "6.5"). An alternate
 /// ratio beside a percentage gold within a point of it is read as that percentage, so a
 /// computed "-24.45%" passes where "-0.2445%" does not.
-pub fn is_correct_either(predicted: &str, predicted_answerable: bool, gold: &str, alternate: Option<&str>, gold_answerable: bool) -> bool {
-    if is_correct(predicted, predicted_answerable, gold, gold_answerable) {
+pub fn is_correct_either(question: &str, predicted: &str, predicted_answerable: bool, gold: &str, alternate: Option<&str>, gold_answerable: bool) -> bool {
+    if judge(question, predicted, predicted_answerable, gold, gold_answerable) {
         return true;
     }
     let Some(alternate) = alternate.map(str::trim).filter(|a| !a.is_empty() && gold_answerable) else {
@@ -232,7 +267,7 @@ pub fn is_correct_either(predicted: &str, predicted_answerable: bool, gold: &str
         ([g], Ok(v)) if gold.contains('%') && (v * 100.0 - g).abs() <= 1.0 => Some(format!("{}%", v * 100.0)),
         _ => None,
     };
-    is_correct(predicted, predicted_answerable, as_percent.as_deref().unwrap_or(alternate), gold_answerable)
+    judge(question, predicted, predicted_answerable, as_percent.as_deref().unwrap_or(alternate), gold_answerable)
 }
 
 #[cfg(test)]
@@ -256,16 +291,32 @@ mod tests {
     }
 
     #[test]
+    fn a_year_in_an_explained_gold_is_not_its_figure() {
+        let question = "What drove operating margin change as of FY2022 for 3M?";
+        let gold = "Operating Margin for 3M in FY2022 has decreased by 1.7% primarily due to higher costs.";
+        let wrong = "The operating margin decreased by 14.4% as of FY2022 for 3M.";
+        assert!(!is_correct_either(question, wrong, true, gold, None, true), "repeating the company and the year states nothing");
+        assert!(is_correct_either(question, "For 3M in FY2022 it decreased by 1.7 points [3].", true, gold, None, true), "the figure after them");
+        assert!(!is_correct("For 3M it decreased by 14.4%.", true, "Revenue for FY2022 fell by 1.7% because of higher costs this year.", true));
+        let dated = "On January 28, 2023 the board approved a dividend of 0.25 dollars a share.";
+        assert!(is_correct("A dividend of $0.25 a share [2].", true, dated, true), "a date's day is no figure");
+        assert!(!is_correct("On January 28 it approved one.", true, dated, true));
+        assert_eq!(without_days("ended on January 28, 2023, or May 2024 (12 months)"), "ended on January 2023, or May 2024 (12 months)");
+        let founded = "The company was founded in 1998 by two engineers in a garage in Palo Alto.";
+        assert!(is_correct("It was founded in 1998.", true, founded, true), "a gold with only a year compares years");
+    }
+
+    #[test]
     fn a_second_reference_is_the_exact_value_of_a_rounded_gold() {
         assert!(!is_correct("9.49%", true, "9%", true), "outside 1 % of the rounded gold");
-        assert!(is_correct_either("9.49%", true, "9%", Some("0.09488"), true), "the exact value read as a percentage");
-        assert!(!is_correct_either("0.0949%", true, "9%", Some("0.09488"), true));
-        assert!(is_correct_either("6.5 (calculated: 2.7 + 2.2 + 1.6).", true, "6.6", Some("6.5"), true));
-        assert!(!is_correct_either("7.1", true, "6.6", Some("6.5"), true));
-        assert!(is_correct_either("-24.5%", true, "-24.5%", None, true));
-        assert!(!is_correct_either("Not answerable", false, "6.6", Some("6.5"), true), "an abstention never matches");
-        assert!(is_correct_either("0.0029", true, "29.0%", Some("0.0029"), true), "an alternate far from the gold is taken as written");
-        assert!(!is_correct_either("0.29%", true, "29.0%", Some("0.0029"), true));
+        assert!(is_correct_either("", "9.49%", true, "9%", Some("0.09488"), true), "the exact value read as a percentage");
+        assert!(!is_correct_either("", "0.0949%", true, "9%", Some("0.09488"), true));
+        assert!(is_correct_either("", "6.5 (calculated: 2.7 + 2.2 + 1.6).", true, "6.6", Some("6.5"), true));
+        assert!(!is_correct_either("", "7.1", true, "6.6", Some("6.5"), true));
+        assert!(is_correct_either("", "-24.5%", true, "-24.5%", None, true));
+        assert!(!is_correct_either("", "Not answerable", false, "6.6", Some("6.5"), true), "an abstention never matches");
+        assert!(is_correct_either("", "0.0029", true, "29.0%", Some("0.0029"), true), "an alternate far from the gold is taken as written");
+        assert!(!is_correct_either("", "0.29%", true, "29.0%", Some("0.0029"), true));
     }
 
     #[test]

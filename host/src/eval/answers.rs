@@ -120,7 +120,8 @@ pub fn answer_question(
     match outcome {
         Ok(o) => {
             record.predicted = if o.answerable { o.answer.clone() } else { ABSTAINED.into() };
-            record.correct = is_correct_either(&o.answer, o.answerable, &question.answer, question.extra.answer_2.as_deref(), question.answerable);
+            record.correct =
+                is_correct_either(&question.question, &o.answer, o.answerable, &question.answer, question.extra.answer_2.as_deref(), question.answerable);
             record.seconds = o.ms / 1000.0;
             record.llm_calls = o.llm_calls;
             record.tokens = o.tokens;
@@ -160,7 +161,8 @@ pub fn rejudge(record: &AnswerRecord, question: &Question) -> AnswerRecord {
     let mut out = record.clone();
     if !record.failed {
         let answered = record.predicted != ABSTAINED;
-        out.correct = is_correct_either(&record.predicted, answered, &question.answer, question.extra.answer_2.as_deref(), question.answerable);
+        out.correct =
+            is_correct_either(&question.question, &record.predicted, answered, &question.answer, question.extra.answer_2.as_deref(), question.answerable);
     }
     out
 }
