@@ -257,7 +257,8 @@ pub const NOT_ANSWERABLE: &str = "NOT_ANSWERABLE";
 pub fn says_not_answerable(text: &str) -> bool {
     // A reply of nothing but markers (the prompt's own "[n]" echoed) answers nothing.
     let t = strip_markers(text).to_ascii_uppercase().replace([' ', '-'], "_");
-    t.is_empty() || t.contains(NOT_ANSWERABLE) || t.starts_with("NOT_ANSWER") || t.starts_with("UNANSWERABLE")
+    // The 1.5B model sometimes misspells the marker ("NO_ANSWERABLE", "No_ANSWERABLE").
+    t.is_empty() || t.contains(NOT_ANSWERABLE) || t.starts_with("NOT_ANSWER") || t.starts_with("NO_ANSWERABLE") || t.starts_with("UNANSWERABLE")
 }
 
 /// A page's text cut to about `max_tokens` tokens (4 characters a token), at a word boundary.
@@ -410,6 +411,8 @@ mod tests {
         assert!(says_not_answerable(" not answerable."));
         assert!(!says_not_answerable("The answer is 42."));
         assert!(says_not_answerable(" [n]"));
+        assert!(says_not_answerable("No_ANSWERABLE") && says_not_answerable("NO_ANSWERABLE."));
+        assert!(!says_not_answerable("No, the answer is 42.") && !says_not_answerable("No answers were filed in 2021."));
     }
 
     #[test]
