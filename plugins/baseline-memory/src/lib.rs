@@ -25,6 +25,31 @@ do not calculate it yourself: reply with one line that starts with CALCULATE: an
 over those figures, and cite the pages they are on as [n]. \
 If the pages do not contain the answer or the figures it needs, reply exactly NOT_ANSWERABLE.";
 
+/// What the prompt asks for after the pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prompt {
+    /// The question after the pages, then "Answer (cite pages as [n]):".
+    Plain,
+    /// The question before and after the pages, then [`ANSWER_FIRST`]: the 1.5B model, given
+    /// only the plain cue, copied labelled page lines into about a tenth of its replies.
+    AnswerFirst,
+}
+
+/// The instruction that ends an answer-first prompt.
+pub const ANSWER_FIRST: &str = "Reply with one short sentence that starts with the answer itself (a figure with its unit, a name, a list, or yes or no), \
+followed by the numbers of the pages it comes from in brackets, such as [2]. Do not copy text from the pages.";
+
+impl std::str::FromStr for Prompt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "plain" => Ok(Prompt::Plain),
+            "answer-first" => Ok(Prompt::AnswerFirst),
+            other => Err(format!("prompt must be \"plain\" or \"answer-first\", not {other:?}")),
+        }
+    }
+}
+
 /// Which part of a page longer than `page_tokens` the prompt reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Excerpt {
@@ -52,6 +77,7 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
     let max_tokens: u32 = param(ctx, "max_tokens", 96)?;
     let excerpt: Excerpt = param(ctx, "excerpt", Excerpt::First)?;
     let calculate: bool = param(ctx, "calculate", false)?;
+    let prompt_kind: Prompt = param(ctx, "prompt", Prompt::Plain)?;
     let root = evidence.iter().find(|e| e.is_root).ok_or("the memory stage got no evidence for the question")?;
     let mut pages: Vec<(PageRef, String)> = Vec::new();
     for c in root.evidence.iter().take(top_k) {
@@ -65,7 +91,10 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
     if pages.is_empty() {
         return Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: "no pages were retrieved".into() });
     }
-    let prompt = format!("{}\nQuestion: {}\nAnswer (cite pages as [n]):", numbered_pages(&pages), ctx.question);
+    let prompt = match prompt_kind {
+        Prompt::Plain => format!("{}\nQuestion: {}\nAnswer (cite pages as [n]):", numbered_pages(&pages), ctx.question),
+        Prompt::AnswerFirst => format!("Question: {q}\n\n{}\nQuestion: {q}\n{ANSWER_FIRST}", numbered_pages(&pages), q = ctx.question),
+    };
     let system = if calculate { SYSTEM_CALCULATE } else { SYSTEM };
     let out = host.generate(&GenerateRequest { system: system.into(), prompt, max_tokens, temperature: 0.0, stop: vec!["\n\n".into()], images: vec![] })?;
     if says_not_answerable(&out.text) {
@@ -208,6 +237,27 @@ mod tests {
         assert!(prompts[1].contains("A cover sheet") && !prompts[1].contains("4 cents"), "{}", prompts[1]);
         drop(prompts);
         assert!(answer_once(&host, &ctx("middle"), &evidence(&[4])).is_err(), "an unknown excerpt is refused");
+    }
+
+    #[test]
+    fn an_answer_first_prompt_asks_the_question_before_and_after_the_pages() {
+        let host = fake("Nine [2].");
+        let ctx = |prompt: &str| StageContext {
+            question: "What is on the page?".into(),
+            documents: vec![],
+            params: vec![Param { key: "prompt".into(), value: prompt.into() }],
+        };
+        let answer = answer_once(&host, &ctx("answer-first"), &evidence(&[4, 9])).expect("answers");
+        assert_eq!((answer.text.as_str(), answer.citations[0].page.page), ("Nine.", 9));
+        answer_once(&host, &ctx("plain"), &evidence(&[4, 9])).expect("answers");
+        let prompts = host.prompts.borrow();
+        let first = &prompts[0];
+        assert!(first.starts_with("Question: What is on the page?") && first.ends_with(ANSWER_FIRST), "{first}");
+        assert!(first.find("This is page 4.") < first.rfind("Question:"), "the question is asked again after the pages");
+        assert!(!first.contains("[n]"), "no placeholder for the model to copy");
+        assert!(prompts[1].ends_with("Answer (cite pages as [n]):") && prompts[1].starts_with("[1] (page 4)"), "{}", prompts[1]);
+        drop(prompts);
+        assert!(answer_once(&host, &ctx("chatty"), &evidence(&[4])).is_err(), "an unknown prompt is refused");
     }
 
     #[test]
