@@ -9,7 +9,7 @@ wit_bindgen::generate!({
 
 use stage_kit::types::{Citation, GenerateRequest, PageRef};
 use stage_kit::{
-    HostApi, NOT_ANSWERABLE, Wasm, calc, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers,
+    HostApi, NOT_ANSWERABLE, Wasm, calc, choice, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers,
     supporting_pages,
 };
 
@@ -42,11 +42,7 @@ followed by the numbers of the pages it comes from in brackets, such as [2]. Do 
 impl std::str::FromStr for Prompt {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "plain" => Ok(Prompt::Plain),
-            "answer-first" => Ok(Prompt::AnswerFirst),
-            other => Err(format!("prompt must be \"plain\" or \"answer-first\", not {other:?}")),
-        }
+        choice("prompt", s, &[("plain", Prompt::Plain), ("answer-first", Prompt::AnswerFirst)])
     }
 }
 
@@ -62,11 +58,7 @@ pub enum Excerpt {
 impl std::str::FromStr for Excerpt {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "first" => Ok(Excerpt::First),
-            "focused" => Ok(Excerpt::Focused),
-            other => Err(format!("excerpt must be \"first\" or \"focused\", not {other:?}")),
-        }
+        choice("excerpt", s, &[("first", Excerpt::First), ("focused", Excerpt::Focused)])
     }
 }
 

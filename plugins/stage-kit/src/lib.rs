@@ -250,6 +250,14 @@ pub fn param<T: std::str::FromStr>(ctx: &StageContext, key: &str, default: T) ->
     }
 }
 
+/// The value named `value` among a parameter's `choices`, or a sentence naming them all.
+pub fn choice<T: Copy>(what: &str, value: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices.iter().find(|(name, _)| *name == value).map(|(_, v)| *v).ok_or_else(|| {
+        let names: Vec<String> = choices.iter().map(|(name, _)| format!("{name:?}")).collect();
+        format!("{what} must be {}, not {value:?}", names.join(" or "))
+    })
+}
+
 /// What a model writes when the pages do not answer the question (HiEvi-RAG's marker).
 pub const NOT_ANSWERABLE: &str = "NOT_ANSWERABLE";
 
@@ -411,6 +419,8 @@ mod tests {
         assert!(says_not_answerable(" not answerable."));
         assert!(!says_not_answerable("The answer is 42."));
         assert!(says_not_answerable(" [n]"));
+        assert_eq!(choice("mode", "b", &[("a", 1), ("b", 2)]), Ok(2));
+        assert_eq!(choice("mode", "c", &[("a", 1), ("b", 2)]), Err("mode must be \"a\" or \"b\", not \"c\"".to_string()));
         assert!(says_not_answerable("No_ANSWERABLE") && says_not_answerable("NO_ANSWERABLE."));
         assert!(!says_not_answerable("No, the answer is 42.") && !says_not_answerable("No answers were filed in 2021."));
     }
