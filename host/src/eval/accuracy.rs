@@ -5,9 +5,10 @@
 //! figure (the first one marked as the gold is, a percentage for a percentage; years skipped
 //! unless the gold is one) within a relative tolerance; a list is compared as a set of items, and
 //! an answer naming many more items than the gold has does not pass; a short string by
-//! containment in the short form or string similarity; a long gold answer (FinanceBench's
-//! explanations) by the short form's yes/no and its first figure that is neither a year nor one the
-//! question states among the answer's first three, or, with neither (a phrase or a definition), as a short string is;
+//! containment in the short form (as whole words) or string similarity; a long gold answer
+//! (FinanceBench's explanations) by the short form's yes/no and its first figure that is not a
+//! year, a date's day or a figure the question states, among the answer's first three, or, with
+//! neither (a phrase or a definition), as a short string is;
 //! "not answerable" is right only when the gold says so. No rule lets a padded answer ("1. 2. 3. ... 26.") match by listing numbers.
 //! Where the benchmark gives a second reference (UDA's exact program value), an answer that
 //! matches it passes too ([`is_correct_either`]).
@@ -246,8 +247,8 @@ fn judge(question: &str, predicted: &str, predicted_answerable: bool, gold: &str
     {
         return false;
     }
-    // The gold's first figure that is neither a year nor one the question states (an answer
-    // repeating "3M" or "FY2022" has stated nothing), unless it has no other.
+    // The gold's first figure that is not a year, a date's day or one the question states (an
+    // answer repeating "3M" or "FY2022" has stated nothing), unless it has no other.
     let given = numbers(question);
     let stated = |v: f64| !is_year(v) && !given.iter().any(|g| close(*g, v));
     let gold_numbers = numbers(&without_days(gold));
