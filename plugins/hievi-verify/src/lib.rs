@@ -19,7 +19,7 @@ wit_bindgen::generate!({
 });
 
 use stage_kit::types::{GenerateRequest, PageRef};
-use stage_kit::{HostApi, Wasm, numbered_pages, page_excerpt, param};
+use stage_kit::{HostApi, Wasm, choice, numbered_pages, page_excerpt, param};
 
 /// The verifier's instruction.
 pub const SYSTEM: &str = "You check whether pages of a document contain evidence for answering a question.";
@@ -91,9 +91,7 @@ pub fn verify(host: &impl HostApi, ctx: &StageContext, question: &str, candidate
         context_tokens: param(ctx, "context_tokens", 40)?,
         margin: param(ctx, "margin", 0.0)?,
     };
-    if !matches!(s.judge.as_str(), "score" | "generate") {
-        return Err(format!("judge must be \"score\" or \"generate\", not {:?}", s.judge));
-    }
+    choice("judge", &s.judge, &[("score", ()), ("generate", ())])?;
     let mut ordered: Vec<Candidate> = candidates.to_vec();
     ordered.sort_by_key(|c| c.rank);
     let mut pages: Vec<(PageRef, String)> = Vec::with_capacity(ordered.len());

@@ -24,6 +24,7 @@ stage_kit::v2_world!("enrich-stage");
 pub mod chunk;
 pub mod mdoc2query;
 
+use stage_kit::choice;
 use stage_kit::v2::types::{Anchor, LogLevel, Param};
 use stage_kit::v2::{Host, Wasm, param};
 
@@ -52,11 +53,7 @@ impl Settings {
             overlap: param(params, "overlap", 100)?,
             max_queries: param(params, "max_queries", 20)?,
             query_tokens: param(params, "query_tokens", 40)?,
-            node_answers: match node.as_str() {
-                "query+answer" => true,
-                "query" => false,
-                other => return Err(format!("parameter node_text must be \"query+answer\" or \"query\", not {other:?}")),
-            },
+            node_answers: choice("parameter node_text", &node, &[("query+answer", true), ("query", false)])?,
             regions: RegionRules {
                 nearby_words: param(params, "nearby_words", 100)?,
                 min_region_area: param(params, "min_region_area", 0.02)?,
