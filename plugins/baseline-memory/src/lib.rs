@@ -9,8 +9,8 @@ wit_bindgen::generate!({
 
 use stage_kit::types::{Citation, GenerateRequest, PageRef};
 use stage_kit::{
-    HostApi, NOT_ANSWERABLE, Wasm, calc, choice, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers,
-    supporting_pages,
+    HostApi, NOT_ANSWERABLE, Wasm, answer_paragraph, calc, choice, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable,
+    strip_markers, supporting_pages,
 };
 
 /// The instruction every answer prompt starts from.
@@ -88,17 +88,18 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
         Prompt::AnswerFirst => format!("Question: {q}\n\n{}\nQuestion: {q}\n{ANSWER_FIRST}", numbered_pages(&pages), q = ctx.question),
     };
     let system = if calculate { SYSTEM_CALCULATE } else { SYSTEM };
-    let out = host.generate(&GenerateRequest { system: system.into(), prompt, max_tokens, temperature: 0.0, stop: vec!["\n\n".into()], images: vec![] })?;
-    if says_not_answerable(&out.text) {
+    let out = host.generate(&GenerateRequest { system: system.into(), prompt, max_tokens, temperature: 0.0, stop: vec![], images: vec![] })?;
+    let reply = answer_paragraph(&out.text);
+    if says_not_answerable(&reply) {
         return Ok(Answer { text: NOT_ANSWERABLE.into(), answerable: false, citations: vec![], notes: format!("read {} pages", pages.len()) });
     }
-    if calculate && let Some(result) = calc::calculation(&out.text, &ctx.question) {
-        return Ok(calculated_answer(result, &out.text, &pages));
+    if calculate && let Some(result) = calc::calculation(&reply, &ctx.question) {
+        return Ok(calculated_answer(result, &reply, &pages));
     }
     // The pages the model cited; when it cites none, the pages that hold what the answer says,
     // if any (never a page chosen for it).
-    let text = strip_markers(&out.text);
-    let mut cited = cited_numbers(&out.text, pages.len());
+    let text = strip_markers(&reply);
+    let mut cited = cited_numbers(&reply, pages.len());
     let mut notes = format!("read {} pages", pages.len());
     if cited.is_empty() {
         cited = supporting_pages(&text, &pages);
@@ -275,6 +276,14 @@ mod tests {
         let host = fake("CALCULATE: (9 - 4) / 4 * 100");
         let answer = answer_once(&host, &ctx("false"), &evidence(&[4, 9])).expect("answers");
         assert!(answer.text.starts_with("CALCULATE"), "without the parameter the reply is the answer");
+    }
+
+    #[test]
+    fn a_list_the_answer_introduces_is_kept_and_what_follows_it_is_not() {
+        let host = fake("The pages say:\n\n1. Nine [2]\n2. Four [1]\n\nThe other pages say nothing [3].");
+        let answer = answer_once(&host, &ctx(), &evidence(&[4, 9, 1])).expect("answers");
+        assert_eq!(answer.text, "The pages say: 1. Nine 2. Four");
+        assert_eq!(answer.citations.iter().map(|c| c.page.page).collect::<Vec<_>>(), [9, 4]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use stage_kit::v2::types::{Answer, Candidate, Citation, Crop, LogLevel, PageRef};
 use stage_kit::v2::{Host, text_request, uniform};
-use stage_kit::{NOT_ANSWERABLE, cited_numbers, says_not_answerable, strip_markers, supporting_texts, text_excerpt};
+use stage_kit::{NOT_ANSWERABLE, answer_paragraph, cited_numbers, says_not_answerable, strip_markers, supporting_texts, text_excerpt};
 
 use crate::belief::{BeliefMemory, PageKey, Pick, select};
 use crate::schema::Schema;
@@ -166,9 +166,8 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
         let notes = if notes.is_empty() { String::new() } else { format!("What earlier rounds found:\n{notes}\n") };
         let prompt = format!("{notes}{prompt_pages}Question: {question}\nAnswer (cite pages as [n]):");
         let mut request = text_request(SYSTEM, &prompt, s.answer_tokens, s.temperature);
-        request.stop = vec!["\n\n".into()];
         request.crops = crops;
-        let reply = host.generate(&request)?.text;
+        let reply = answer_paragraph(&host.generate(&request)?.text);
         let na = says_not_answerable(&reply);
         let text = strip_markers(&reply);
         let mut cited: Vec<usize> = if na { Vec::new() } else { cited_numbers(&reply, shown.len()) };

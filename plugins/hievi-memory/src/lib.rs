@@ -10,7 +10,9 @@ wit_bindgen::generate!({
 });
 
 use stage_kit::types::{Candidate, Citation, GenerateRequest, PageRef};
-use stage_kit::{HostApi, NOT_ANSWERABLE, Wasm, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages};
+use stage_kit::{
+    HostApi, NOT_ANSWERABLE, Wasm, answer_paragraph, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages,
+};
 
 /// The answering instruction.
 pub const SYSTEM: &str = "You answer questions about documents using only the pages given and the notes from earlier \
@@ -52,15 +54,8 @@ fn ask(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, Str
     let notes = fitting(memory, s.memory_tokens as usize * 4);
     let notes = if notes.is_empty() { String::new() } else { format!("Notes from earlier questions:\n{notes}\n\n") };
     let prompt = format!("{notes}{}\nQuestion: {question}\nAnswer (cite pages as [n]):", numbered_pages(pages));
-    let out = host.generate(&GenerateRequest {
-        system: SYSTEM.into(),
-        prompt,
-        max_tokens: s.max_tokens,
-        temperature: 0.0,
-        stop: vec!["\n\n".into()],
-        images: vec![],
-    })?;
-    Ok(out.text.trim().to_string())
+    let out = host.generate(&GenerateRequest { system: SYSTEM.into(), prompt, max_tokens: s.max_tokens, temperature: 0.0, stop: vec![], images: vec![] })?;
+    Ok(answer_paragraph(&out.text))
 }
 
 fn read(host: &impl HostApi, s: &Settings, list: &[Candidate]) -> Result<Vec<(PageRef, String)>, String> {

@@ -334,6 +334,36 @@ pub fn strip_markers(text: &str) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ").replace(" .", ".").replace(" ,", ",")
 }
 
+/// The answer in a model's reply: its first paragraph, or, when that ends with a colon, also
+/// what it introduces (the next paragraph, or the list items that follow one to a paragraph).
+/// Answer stages cut here rather than stopping generation at a blank line, which cut "The tips
+/// are:" from its list in 7 of 287 dev answers.
+pub fn answer_paragraph(reply: &str) -> String {
+    let mut paragraphs = reply.split("\n\n").map(str::trim).filter(|p| !p.is_empty());
+    let Some(first) = paragraphs.next() else { return String::new() };
+    let mut out = first.to_string();
+    if first.ends_with(':') {
+        for (i, next) in paragraphs.enumerate() {
+            if i > 0 && !is_list_item(next) {
+                break;
+            }
+            out.push('\n');
+            out.push_str(next);
+            if !is_list_item(next) {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Whether a paragraph starts as a list item does ("1. ", "2) ", "- ", "* ", "• ").
+fn is_list_item(text: &str) -> bool {
+    let digits = text.chars().take_while(char::is_ascii_digit).count();
+    let rest = &text[digits..];
+    (digits > 0 && (rest.starts_with(". ") || rest.starts_with(") "))) || ["- ", "* ", "• "].iter().any(|m| text.starts_with(m))
+}
+
 /// Words too common to show that a page supports an answer.
 const COMMON_WORDS: &[&str] = &[
     "about", "after", "also", "been", "before", "being", "both", "from", "have", "into", "more", "most", "only", "other", "over", "page", "pages", "some",
@@ -411,6 +441,22 @@ mod tests {
         assert_eq!(cited_numbers("Paris [2], also [1] and [2] and [9] [x]", 3), vec![2, 1]);
         assert_eq!(strip_markers("Revenue was $5 million [2]. It grew [1, 3]."), "Revenue was $5 million. It grew.");
         assert_eq!(strip_markers("44% [n]"), "44%");
+    }
+
+    #[test]
+    fn an_answer_keeps_the_list_its_first_paragraph_introduces() {
+        assert_eq!(answer_paragraph(" 59% [2]\n\nThe survey also asked about tablets."), "59% [2]");
+        assert_eq!(
+            answer_paragraph("The tips are:\n\n1. Line them up\n2. Observe your clients\n\nThese help."),
+            "The tips are:\n1. Line them up\n2. Observe your clients"
+        );
+        assert_eq!(answer_paragraph("The models are:\n\n- SE\n\n- XSE\n\n- TRD\n\nAll are hybrids."), "The models are:\n- SE\n- XSE\n- TRD");
+        assert_eq!(
+            answer_paragraph("It is calculated as follows:\n\n(180 - 150) / 150 = 20%\n\n1. A note"),
+            "It is calculated as follows:\n(180 - 150) / 150 = 20%"
+        );
+        assert_eq!(answer_paragraph("The section has:"), "The section has:");
+        assert_eq!(answer_paragraph("\n\n"), "");
     }
 
     #[test]
