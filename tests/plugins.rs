@@ -307,6 +307,12 @@ fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log
         let calls: f64 = cells[cells.len() - 3].parse().expect("calls/q");
         assert_eq!(calls, 1.0, "{table}");
     }
+    // The same answers by the kind of evidence the benchmark names: the second question's
+    // sources hold a chart; the first names none, so it has no such row.
+    assert!(table.contains("by the kind of evidence"), "{table}");
+    let kind = row(&table, "baseline / chart or figure");
+    assert_eq!(kind[5], "1", "one question of that kind: {table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("baseline / ")).count(), 1, "{table}");
 }
 
 #[test]

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use evident::eval::{AnswerRecord, AnswerRow, Question, ROUTING_KS, ResultsLog, answer_question, answer_rows, in_turn, load_questions, rejudge};
+use evident::eval::{
+    AnswerRecord, AnswerRow, Question, ROUTING_KS, ResultsLog, answer_question, answer_rows, answer_rows_by, in_turn, load_questions, rejudge,
+};
 use evident::store::DocumentRecord;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -77,6 +79,8 @@ pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
     let answerable: HashMap<&str, bool> = chosen.iter().map(|(q, _)| (q.qid.as_str(), q.answerable)).collect();
     println!("{}{}", describe(&chosen), if corpus { "; each searching every stored document" } else { "" });
     print_rows(&answer_rows(&records, &answerable, ks), ks);
+    let by_qid: HashMap<&str, &Question> = chosen.iter().map(|(q, _)| (q.qid.as_str(), *q)).collect();
+    print_breakdowns(&records, &by_qid, &answerable, ks);
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&records)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
@@ -93,10 +97,31 @@ fn describe(chosen: &[(&Question, &DocumentRecord)]) -> String {
     format!("{} questions ({sources}), each asked of its own document", chosen.len())
 }
 
-/// The comparison table, a row per profile.
+/// The table again by source (when the answers span several) and, over the answerable questions
+/// whose benchmark names the kind of their evidence (MMLongBench-Doc's), by that kind: a row per
+/// profile and group, so that where a profile wins or fails shows without a script.
+fn print_breakdowns(records: &[AnswerRecord], by_qid: &HashMap<&str, &Question>, answerable: &HashMap<&str, bool>, ks: &[usize]) {
+    let sources: HashSet<&str> = records.iter().map(|r| r.source.as_str()).collect();
+    if sources.len() > 1 {
+        println!("\nby source");
+        print_rows(&answer_rows_by(records, answerable, ks, |r| Some(format!("{} / {}", r.row_name(), r.source))), ks);
+    }
+    let kind_of = |r: &AnswerRecord| {
+        let question = by_qid.get(r.qid.as_str()).filter(|q| q.answerable)?;
+        question.evidence_kind().map(|kind| format!("{} / {kind}", r.row_name()))
+    };
+    let kinds = answer_rows_by(records, answerable, ks, kind_of);
+    if !kinds.is_empty() {
+        println!("\nby the kind of evidence the benchmark names (MMLongBench-Doc's answerable questions)");
+        print_rows(&kinds, ks);
+    }
+}
+
+/// The comparison table, a row per profile (or per profile and group).
 fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
-    let routed = rows.keys().any(|name| name.ends_with("(corpus)"));
-    let mut header = format!("{:<21} {:>4}", "profile", "n");
+    let routed = rows.keys().any(|name| name.contains("(corpus)"));
+    let width = rows.keys().map(|name| name.chars().count()).max().unwrap_or(0).max(21);
+    let mut header = format!("{:<width$} {:>4}", "profile", "n");
     for k in ks {
         header.push_str(&format!(" {:>7}", format!("R@{k}")));
     }
@@ -111,7 +136,7 @@ fn print_rows(rows: &BTreeMap<String, AnswerRow>, ks: &[usize]) {
     ));
     println!("{header}");
     for (name, r) in rows {
-        let mut line = format!("{name:<21} {:>4}", r.n);
+        let mut line = format!("{name:<width$} {:>4}", r.n);
         let routing = if routed { r.routing() } else { Vec::new() };
         for x in r.recall().into_iter().chain(routing) {
             line.push_str(&format!(" {:>7.3}", x));
@@ -166,6 +191,7 @@ pub fn rejudge_log(path: &Path, profiles: &[String], limit: Option<usize>, ks: &
     print_rows(&answer_rows(&logged, &answerable, ks), ks);
     println!("\njudged again with today's rules");
     print_rows(&answer_rows(&again, &answerable, ks), ks);
+    print_breakdowns(&again, &by_qid, &answerable, ks);
     let changed: Vec<&AnswerRecord> = again.iter().zip(&logged).filter(|(a, b)| a.correct != b.correct).map(|(a, _)| a).collect();
     println!("\n{} answers judged differently:", changed.len());
     for r in changed {

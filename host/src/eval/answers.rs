@@ -314,9 +314,22 @@ impl AnswerRow {
 /// A row per profile over `records`; `answerable` says which questions the benchmark deems
 /// answerable (those it does not name count as answerable).
 pub fn answer_rows(records: &[AnswerRecord], answerable: &HashMap<&str, bool>, ks: &[usize]) -> BTreeMap<String, AnswerRow> {
+    answer_rows_by(records, answerable, ks, |r| Some(r.row_name()))
+}
+
+/// A row per name that `group` gives a record (a profile and a source, say); records it gives
+/// none are left out.
+pub fn answer_rows_by(
+    records: &[AnswerRecord],
+    answerable: &HashMap<&str, bool>,
+    ks: &[usize],
+    group: impl Fn(&AnswerRecord) -> Option<String>,
+) -> BTreeMap<String, AnswerRow> {
     let mut rows: BTreeMap<String, AnswerRow> = BTreeMap::new();
     for r in records {
-        rows.entry(r.row_name()).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
+        if let Some(name) = group(r) {
+            rows.entry(name).or_default().add(r, answerable.get(r.qid.as_str()).copied().unwrap_or(true), ks);
+        }
     }
     rows
 }
@@ -370,6 +383,15 @@ mod tests {
         assert_eq!(row.mrr(), 0.25);
         assert!((row.accuracy() - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(row.per_question_costs(), (3.0, 100.0, 10.0));
+    }
+
+    #[test]
+    fn rows_by_group_leave_out_what_the_group_does_not_name() {
+        let mut records = [record("a", "1", true, vec![], vec![]), record("b", "2", false, vec![], vec![]), record("c", "3", true, vec![], vec![])];
+        records[1].source = "t".into();
+        let rows = answer_rows_by(&records, &HashMap::new(), &[1], |r| (r.qid != "c").then(|| format!("{} / {}", r.profile, r.source)));
+        assert_eq!(rows.keys().collect::<Vec<_>>(), ["p / s", "p / t"]);
+        assert_eq!((rows["p / s"].n, rows["p / s"].correct, rows["p / t"].n, rows["p / t"].correct), (1, 1, 1, 0));
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod ocr_errors;
 mod questions;
 mod ranking;
 
-pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, answer_question, answer_rows, rejudge};
+pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, answer_question, answer_rows, answer_rows_by, rejudge};
 pub use questions::{Question, file_name, in_turn, load_questions};
 pub use ranking::{ROUTING_KS, RankingReport, RankingTotals, score_rankings};
 

@@ -29,13 +29,38 @@ pub struct Question {
     pub extra: QuestionExtra,
 }
 
-/// The part of a question's `extra` object that judging reads.
+/// The part of a question's `extra` object that judging and the tables read.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct QuestionExtra {
     /// A second reference answer: UDA's FinQA questions give the gold program's exact value
     /// ("-0.2445") beside the rounded or percentage answer ("-24.5%").
     #[serde(default)]
     pub answer_2: Option<String>,
+    /// Where the evidence lies, as MMLongBench-Doc names it ("Pure-text (Plain-text)", "Table",
+    /// "Chart", "Figure", "Generalized-text (Layout)"); empty elsewhere and when unanswerable.
+    #[serde(default)]
+    pub evidence_sources: Vec<String>,
+}
+
+impl Question {
+    /// The kind of evidence the answer rests on, from the benchmark's `evidence_sources`: a
+    /// chart or a figure among them makes it that kind, then a table, then text alone; `None`
+    /// where the benchmark names no source.
+    pub fn evidence_kind(&self) -> Option<&'static str> {
+        let sources = &self.extra.evidence_sources;
+        let any = |words: &[&str]| sources.iter().any(|s| words.iter().any(|w| s.contains(w)));
+        if sources.is_empty() {
+            None
+        } else if any(&["Chart", "Figure"]) {
+            Some("chart or figure")
+        } else if any(&["Table"]) {
+            Some("table")
+        } else if sources.iter().all(|s| s.starts_with("Pure-text")) {
+            Some("plain text only")
+        } else {
+            Some("layout and other")
+        }
+    }
 }
 
 fn answerable_default() -> bool {
@@ -118,5 +143,23 @@ mod tests {
         assert_eq!(order, ["x1", "y1", "x2"]);
         let first: Vec<&str> = in_turn(&qs, &docs, Some(2)).iter().map(|(_, d)| d.id.as_str()).collect();
         assert_eq!(first, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_chart_or_figure_outranks_a_table_which_outranks_text() {
+        let kind = |sources: &[&str]| {
+            let mut q = question("mmlongbench-doc", "m", "a.pdf");
+            q.extra.evidence_sources = sources.iter().map(|s| s.to_string()).collect();
+            q.evidence_kind()
+        };
+        assert_eq!(kind(&[]), None);
+        assert_eq!(kind(&["Pure-text (Plain-text)"]), Some("plain text only"));
+        assert_eq!(kind(&["Pure-text (Plain-text)", "Table"]), Some("table"));
+        assert_eq!(kind(&["Table", "Figure"]), Some("chart or figure"));
+        assert_eq!(kind(&["Pure-text (Plain-text)", "Chart"]), Some("chart or figure"));
+        assert_eq!(kind(&["Pure-text (Plain-text)", "Generalized-text (Layout)"]), Some("layout and other"));
+        let json = r#"{"source": "s", "qid": "q", "doc": "d.pdf", "question": "?", "extra": {"evidence_sources": ["Table"], "other": 1}}"#;
+        let q: Question = serde_json::from_str(json).expect("a question");
+        assert_eq!(q.evidence_kind(), Some("table"));
     }
 }
