@@ -36,7 +36,8 @@ pub struct EvalArgs {
     /// Answer the questions with these profiles (repeatable) and compare retrieval (on each
     /// profile's final page order: the retrieve step's, then pages its answer stage found and
     /// read), answer accuracy, rounds, model calls and tokens side by side, instead of ranking
-    /// pages only.
+    /// pages only; the same table follows by source, and by the kind of evidence where the
+    /// benchmark names it (MMLongBench-Doc's `evidence_sources`).
     #[arg(long = "profile")]
     profiles: Vec<String>,
     /// With --profile: at most this many questions, taken in turn from each source.

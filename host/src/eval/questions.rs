@@ -37,9 +37,41 @@ pub struct QuestionExtra {
     #[serde(default)]
     pub answer_2: Option<String>,
     /// Where the evidence lies, as MMLongBench-Doc names it ("Pure-text (Plain-text)", "Table",
-    /// "Chart", "Figure", "Generalized-text (Layout)"); empty elsewhere and when unanswerable.
+    /// "Chart", "Figure", "Generalized-text (Layout)"); none elsewhere and when unanswerable.
     #[serde(default)]
-    pub evidence_sources: Vec<String>,
+    pub evidence_sources: EvidenceSources,
+}
+
+/// MMLongBench-Doc's evidence sources: a list, which the benchmark's file writes as the text
+/// of a Python list ("['Chart', 'Table']").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum EvidenceSources {
+    List(Vec<String>),
+    Text(String),
+}
+
+impl Default for EvidenceSources {
+    fn default() -> Self {
+        EvidenceSources::List(Vec::new())
+    }
+}
+
+impl EvidenceSources {
+    /// The names in the list.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            EvidenceSources::List(names) => names.iter().map(String::as_str).collect(),
+            EvidenceSources::Text(text) => text
+                .trim()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(',')
+                .map(|name| name.trim().trim_matches(|c| c == '\'' || c == '"').trim())
+                .filter(|name| !name.is_empty())
+                .collect(),
+        }
+    }
 }
 
 impl Question {
@@ -47,7 +79,7 @@ impl Question {
     /// chart or a figure among them makes it that kind, then a table, then text alone; `None`
     /// where the benchmark names no source.
     pub fn evidence_kind(&self) -> Option<&'static str> {
-        let sources = &self.extra.evidence_sources;
+        let sources = self.extra.evidence_sources.names();
         let any = |words: &[&str]| sources.iter().any(|s| words.iter().any(|w| s.contains(w)));
         if sources.is_empty() {
             None
@@ -149,7 +181,7 @@ mod tests {
     fn a_chart_or_figure_outranks_a_table_which_outranks_text() {
         let kind = |sources: &[&str]| {
             let mut q = question("mmlongbench-doc", "m", "a.pdf");
-            q.extra.evidence_sources = sources.iter().map(|s| s.to_string()).collect();
+            q.extra.evidence_sources = EvidenceSources::List(sources.iter().map(|s| s.to_string()).collect());
             q.evidence_kind()
         };
         assert_eq!(kind(&[]), None);
@@ -158,8 +190,14 @@ mod tests {
         assert_eq!(kind(&["Table", "Figure"]), Some("chart or figure"));
         assert_eq!(kind(&["Pure-text (Plain-text)", "Chart"]), Some("chart or figure"));
         assert_eq!(kind(&["Pure-text (Plain-text)", "Generalized-text (Layout)"]), Some("layout and other"));
-        let json = r#"{"source": "s", "qid": "q", "doc": "d.pdf", "question": "?", "extra": {"evidence_sources": ["Table"], "other": 1}}"#;
-        let q: Question = serde_json::from_str(json).expect("a question");
-        assert_eq!(q.evidence_kind(), Some("table"));
+        // The benchmark's file writes the list as the text of a Python list.
+        let parsed = |sources: &str| {
+            let json = format!(r#"{{"source": "s", "qid": "q", "doc": "d.pdf", "question": "?", "extra": {{"evidence_sources": {sources}, "other": 1}}}}"#);
+            serde_json::from_str::<Question>(&json).expect("a question").evidence_kind()
+        };
+        assert_eq!(parsed(r#"["Table"]"#), Some("table"));
+        assert_eq!(parsed(r#""['Pure-text (Plain-text)', 'Table']""#), Some("table"));
+        assert_eq!(parsed(r#""['Pure-text (Plain-text)']""#), Some("plain text only"));
+        assert_eq!(parsed(r#""[]""#), None);
     }
 }
