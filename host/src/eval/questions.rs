@@ -67,7 +67,7 @@ impl EvidenceSources {
                 .trim_start_matches('[')
                 .trim_end_matches(']')
                 .split(',')
-                .map(|name| name.trim().trim_matches(|c| c == '\'' || c == '"').trim())
+                .map(|name| name.trim().trim_matches(['\'', '"']).trim())
                 .filter(|name| !name.is_empty())
                 .collect(),
         }
