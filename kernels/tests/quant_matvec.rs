@@ -140,7 +140,7 @@ fn many_row_products_equal_the_dequantised_product_on_every_path() {
                 // step from a rounding midpoint must round the same way on both sides); row by
                 // row, against the vector the matrix-vector path reads (see above).
                 let (wr, xr) = match path {
-                    MatmulPath::Bf16 => (round_bf16(&decoded), round_bf16(&x)),
+                    MatmulPath::Bf16 | MatmulPath::Amx => (round_bf16(&decoded), round_bf16(&x)),
                     MatmulPath::RowByRow => {
                         let rows_read = x.chunks(cols).flat_map(|row| vnni_rounded(row).unwrap_or_else(|| row.to_vec())).collect();
                         (dense.clone(), rows_read)
@@ -210,4 +210,28 @@ fn f32_rows_stacking_and_shape_errors() {
     assert!(QuantMatrix::from_gguf_blocks(BlockEncoding::Q4_1, 2, 48, &[0; 40]).is_err(), "48 is not whole blocks");
     assert!(QuantMatrix::from_gguf_blocks(BlockEncoding::Q8_0, 2, 32, &[0; 67]).is_err(), "wrong byte count");
     assert!(QuantMatrix::from_gguf_blocks(BlockEncoding::Q4_K, 1, 128, &[0; 72]).is_err(), "half a super-block");
+}
+
+#[test]
+fn many_row_products_span_panels_on_every_path() {
+    // Rows past one AMX panel (128 to 256 rows) and a width that is no multiple of 32: the
+    // panels' offsets and the padded tail of each row are both exercised.
+    let mut rng = Noise::new(41);
+    let (rows, cols, m) = (301, 288, 37);
+    let raw = random_gguf_blocks(BlockEncoding::Q8_0, rows * cols / 32, &mut rng);
+    let w = QuantMatrix::from_gguf_blocks(BlockEncoding::Q8_0, rows, cols, &raw).expect("blocks");
+    let decoded: Vec<f32> = (0..rows).flat_map(|r| w.row(r)).collect();
+    let x = rng.uniform(m * cols);
+    for path in MatmulPath::available().into_iter().filter(|p| *p != MatmulPath::RowByRow) {
+        let (wr, xr) = if matches!(path, MatmulPath::Bf16 | MatmulPath::Amx) { (round_bf16(&decoded), round_bf16(&x)) } else { (decoded.clone(), x.clone()) };
+        let mut out = vec![f32::NAN; m * rows];
+        w.matmul_on(path, &x, m, &mut out, false);
+        for i in 0..m {
+            let (want, scale) = dense_product(&wr, &xr[i * cols..(i + 1) * cols], rows, cols);
+            for r in 0..rows {
+                let got = f64::from(out[i * rows + r]);
+                assert!((got - want[r]).abs() <= 1e-5 * (2.0 + scale[r]), "{path:?} row {i} col {r}: {got} vs {}", want[r]);
+            }
+        }
+    }
 }

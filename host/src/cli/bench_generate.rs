@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, bail};
 use evident::generate::{CpuPromptPass, EmbeddedGenerator, Generator, PromptCache, embedded_model_path, sampling_argmax};
 use evident::models::{ComputeDevice, KvCache, LogitsFor};
+use evident_kernels::MatmulPath;
 
 use super::Context;
 
@@ -44,11 +45,21 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
     let mut title = String::new();
     for backend in backends {
         let cpu = ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false };
-        let (compute, prompt_pass) = match backend.as_str() {
+        let (pinned, backend_name) = match backend.split_once('-').filter(|(cpu, _)| *cpu == "cpu") {
+            Some((_, "f32")) => (Some(MatmulPath::F32Panels), "cpu"),
+            Some((_, "bf16")) => (Some(MatmulPath::Bf16), "cpu"),
+            Some((_, "amx")) => (Some(MatmulPath::Amx), "cpu"),
+            _ => (None, backend.as_str()),
+        };
+        if let Some(pinned) = pinned.filter(|p| !MatmulPath::available().contains(p)) {
+            bail!("this CPU has no {pinned:?} path for prompt passes (it has {:?})", MatmulPath::available());
+        }
+        MatmulPath::prefer(pinned);
+        let (compute, prompt_pass) = match backend_name {
             "cpu" => (cpu, CpuPromptPass::Native),
             "burn-cpu" => (cpu, CpuPromptPass::Burn),
             "wgpu" => (ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true }, CpuPromptPass::Native),
-            other => bail!("unknown backend {other}; use cpu, burn-cpu or wgpu"),
+            _ => bail!("unknown backend {backend}; use cpu (or cpu-f32, cpu-bf16, cpu-amx to pin the prompt pass's products), burn-cpu or wgpu"),
         };
         let generator = EmbeddedGenerator::load_with(&path, &compute, prompt_pass).with_context(|| format!("loading {}", path.display()))?;
         if prompt_ids.is_empty() {

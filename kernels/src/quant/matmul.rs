@@ -6,7 +6,10 @@
 //!   for a handful of rows, where decoding a panel would cost more than it saves);
 //! - `F32Panels`: panels of 64 decoded weight rows through the `gemm` crate;
 //! - `Bf16`: panels of 12 decoded rows rounded to bfloat16 and multiplied with AVX-512 BF16's
-//!   pairwise dot products (twice the f32 rate; products and sums stay f32).
+//!   pairwise dot products (twice the f32 rate; products and sums stay f32);
+//! - `Amx`: the same rounding on AMX tiles (`matmul_amx`), where the CPU and kernel allow them.
+
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use gemm::{Parallelism, gemm};
 use rayon::prelude::*;
@@ -20,7 +23,11 @@ pub enum MatmulPath {
     RowByRow,
     F32Panels,
     Bf16,
+    Amx,
 }
+
+/// The path `MatmulPath::prefer` chose: 0 for none, else its index in `ALL` plus one.
+static PREFERRED: AtomicU8 = AtomicU8::new(0);
 
 /// Below this many input rows, products go row by row.
 const ROW_BY_ROW_BELOW: usize = 8;
@@ -32,18 +39,37 @@ impl MatmulPath {
         #[cfg(target_arch = "x86_64")]
         if CpuPath::available().contains(&CpuPath::Avx512) && is_x86_feature_detected!("avx512bf16") {
             paths.push(MatmulPath::Bf16);
+            if super::matmul_amx::available() {
+                paths.push(MatmulPath::Amx);
+            }
         }
         paths
     }
 
-    /// The path for a product with `m` input rows.
+    /// The path for a product with `m` input rows: the fastest this CPU has, unless
+    /// `prefer` chose another.
     pub fn for_rows(m: usize) -> MatmulPath {
         static BEST: std::sync::OnceLock<MatmulPath> = std::sync::OnceLock::new();
         if m < ROW_BY_ROW_BELOW {
             return MatmulPath::RowByRow;
         }
-        *BEST.get_or_init(|| *MatmulPath::available().last().unwrap_or(&MatmulPath::F32Panels))
+        let best = *BEST.get_or_init(|| *MatmulPath::available().last().unwrap_or(&MatmulPath::F32Panels));
+        match PREFERRED.load(Ordering::Relaxed) {
+            0 => best,
+            n => MatmulPath::ALL.get(usize::from(n) - 1).copied().unwrap_or(best),
+        }
     }
+
+    /// Makes every later many-row product in this process take `path` (None: the fastest), so
+    /// that `bench generate` can measure each path side by side; a path the CPU lacks runs as
+    /// f32 panels.
+    pub fn prefer(path: Option<MatmulPath>) {
+        let n = path.and_then(|p| MatmulPath::ALL.iter().position(|&q| q == p)).map_or(0, |i| i as u8 + 1);
+        PREFERRED.store(n, Ordering::Relaxed);
+    }
+
+    /// Every path, in declaration order.
+    const ALL: [MatmulPath; 4] = [MatmulPath::RowByRow, MatmulPath::F32Panels, MatmulPath::Bf16, MatmulPath::Amx];
 }
 
 impl QuantMatrix {
@@ -53,15 +79,19 @@ impl QuantMatrix {
         self.matmul_on(MatmulPath::for_rows(m), x, m, out, accumulate);
     }
 
-    /// The same on a chosen path (tests compare them); a path the CPU lacks runs as f32 panels.
+    /// The same on a chosen path (tests compare them); a path the CPU lacks, or a bfloat16 path
+    /// given an odd width, runs as f32 panels.
     pub fn matmul_on(&self, path: MatmulPath, x: &[f32], m: usize, out: &mut [f32], accumulate: bool) {
         assert_eq!(x.len(), m * self.cols, "x is m × cols");
         assert_eq!(out.len(), m * self.rows, "out is m × rows");
         if m == 0 || self.rows == 0 {
             return;
         }
-        let path =
-            if MatmulPath::available().contains(&path) && (path != MatmulPath::Bf16 || self.cols.is_multiple_of(2)) { path } else { MatmulPath::F32Panels };
+        let path = if MatmulPath::available().contains(&path) && (!matches!(path, MatmulPath::Bf16 | MatmulPath::Amx) || self.cols.is_multiple_of(2)) {
+            path
+        } else {
+            MatmulPath::F32Panels
+        };
         match path {
             MatmulPath::RowByRow => {
                 let mut row = vec![0.0; self.rows];
@@ -78,14 +108,17 @@ impl QuantMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: AVX-512 F/BW/BF16 were detected (`available`); cols is even.
             MatmulPath::Bf16 => unsafe { bf16::matmul(self, x, m, out, accumulate) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AMX tiles and AVX-512 BF16 were detected and granted (`available`).
+            MatmulPath::Amx => unsafe { super::matmul_amx::matmul(self, x, m, out, accumulate) },
             #[cfg(not(target_arch = "x86_64"))]
-            MatmulPath::Bf16 => self.matmul_f32(x, m, out, accumulate),
+            MatmulPath::Bf16 | MatmulPath::Amx => self.matmul_f32(x, m, out, accumulate),
         }
     }
 
     /// Rows `first..first + n` decoded into `panel`, row j at `j · stride`; rows past the
     /// matrix's end are zero, and each row's values past `cols` are left as they are.
-    fn decode_panel(&self, first: usize, n: usize, stride: usize, panel: &mut [f32]) {
+    pub(super) fn decode_panel(&self, first: usize, n: usize, stride: usize, panel: &mut [f32]) {
         let cols = self.cols;
         for (j, row) in panel.chunks_mut(stride).take(n).enumerate() {
             let row = &mut row[..cols];
@@ -137,7 +170,7 @@ impl QuantMatrix {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod bf16 {
+pub(super) mod bf16 {
     use std::arch::x86_64::*;
 
     use rayon::prelude::*;
@@ -152,7 +185,7 @@ mod bf16 {
     /// `values` (a multiple of 32 long) rounded to bfloat16, two per u32 (the lower index in
     /// the lower half), into `out`.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    unsafe fn to_bf16_pairs(values: &[f32], out: &mut [u32]) {
+    pub(in crate::quant) unsafe fn to_bf16_pairs(values: &[f32], out: &mut [u32]) {
         unsafe {
             let (vp, op) = (values.as_ptr(), out.as_mut_ptr());
             for i in 0..values.len() / 32 {

@@ -10,6 +10,8 @@
 mod blocks;
 mod dot;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_amx;
 
 pub use blocks::{BlockEncoding, dequantize_gguf, dequantize_reference};
 pub use dot::vnni_rounded;
