@@ -9,8 +9,8 @@ wit_bindgen::generate!({
 
 use stage_kit::types::{Citation, GenerateRequest, PageRef};
 use stage_kit::{
-    HostApi, NOT_ANSWERABLE, Wasm, answer_paragraph, calc, choice, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable,
-    strip_markers, supporting_pages,
+    HostApi, NOT_ANSWERABLE, Wasm, answer_paragraph, calc, choice, cited_numbers, focused_excerpt, focused_lines, numbered_pages, page_excerpt, param,
+    row_text, says_not_answerable, strip_markers, supporting_pages,
 };
 
 /// The instruction every answer prompt starts from.
@@ -53,12 +53,15 @@ pub enum Excerpt {
     First,
     /// The lines that share the question's words first ([`focused_excerpt`]).
     Focused,
+    /// As `Focused`, over the page with a table row's cells on one line and each line kept
+    /// ([`row_text`], [`focused_lines`]): flattened, a table reads as a run of loose figures.
+    Rows,
 }
 
 impl std::str::FromStr for Excerpt {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        choice("excerpt", s, &[("first", Excerpt::First), ("focused", Excerpt::Focused)])
+        choice("excerpt", s, &[("first", Excerpt::First), ("focused", Excerpt::Focused), ("rows", Excerpt::Rows)])
     }
 }
 
@@ -77,6 +80,7 @@ pub fn answer_once(host: &impl HostApi, ctx: &StageContext, evidence: &[Question
         let text = match excerpt {
             Excerpt::First => page_excerpt(&content, page_tokens),
             Excerpt::Focused => focused_excerpt(&content.text, &ctx.question, page_tokens),
+            Excerpt::Rows => focused_lines(&row_text(content.blocks.iter().map(|b| (b.bbox, b.text.as_str()))), &ctx.question, page_tokens),
         };
         pages.push((c.page.clone(), text));
     }
@@ -153,7 +157,7 @@ export!(Baseline);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stage_kit::types::{Candidate, Generation, LogLevel, PageContent, Param, SearchMode};
+    use stage_kit::types::{Block, Candidate, Generation, LogLevel, PageContent, Param, SearchMode};
     use std::cell::RefCell;
 
     /// A host whose pages say their own number and whose model replies with a fixed text; with
@@ -162,10 +166,12 @@ mod tests {
         reply: String,
         prompts: RefCell<Vec<String>>,
         long_pages: bool,
+        /// Each page a table row: a label and a figure, two blocks side by side.
+        table_pages: bool,
     }
 
     fn fake(reply: &str) -> FakeHost {
-        FakeHost { reply: reply.into(), prompts: RefCell::new(vec![]), long_pages: false }
+        FakeHost { reply: reply.into(), prompts: RefCell::new(vec![]), long_pages: false, table_pages: false }
     }
 
     impl HostApi for FakeHost {
@@ -180,6 +186,12 @@ mod tests {
             Err("unused".into())
         }
         fn page(&self, page: &PageRef) -> Result<PageContent, String> {
+            if self.table_pages {
+                let cell = |x0: f32, text: String| Block { kind: "text".into(), text, bbox: (x0, 100.0, x0 + 80.0, 110.0), font_size: 10.0, bold: false };
+                let blocks = vec![cell(50.0, "Dividend declared".into()), cell(300.0, format!("{} cents", page.page))];
+                let text = blocks.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join("\n\n");
+                return Ok(PageContent { page: page.clone(), width: 600.0, height: 800.0, text, blocks });
+            }
             let text = if self.long_pages {
                 format!("A cover sheet with a long preamble.\n\nThe dividend declared was {} cents.", page.page)
             } else {
@@ -230,6 +242,21 @@ mod tests {
         assert!(prompts[1].contains("A cover sheet") && !prompts[1].contains("4 cents"), "{}", prompts[1]);
         drop(prompts);
         assert!(answer_once(&host, &ctx("middle"), &evidence(&[4])).is_err(), "an unknown excerpt is refused");
+    }
+
+    #[test]
+    fn rows_set_a_table_row_on_one_line() {
+        let host = FakeHost { table_pages: true, ..fake("reply") };
+        let ctx = |excerpt: &str| StageContext {
+            question: "What dividend was declared?".into(),
+            documents: vec![],
+            params: vec![Param { key: "excerpt".into(), value: excerpt.into() }],
+        };
+        answer_once(&host, &ctx("rows"), &evidence(&[4])).expect("answers");
+        answer_once(&host, &ctx("focused"), &evidence(&[4])).expect("answers");
+        let prompts = host.prompts.borrow();
+        assert!(prompts[0].contains("(page 4)\nDividend declared | 4 cents\n"), "{}", prompts[0]);
+        assert!(prompts[1].contains("(page 4)\nDividend declared 4 cents\n"), "{}", prompts[1]);
     }
 
     #[test]

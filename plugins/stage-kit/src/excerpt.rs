@@ -35,8 +35,20 @@ fn terms(text: &str) -> HashSet<String> {
 /// (4 characters a token), keeping first the lines that share the question's words, rarer words
 /// counting more. A text within the budget comes back whole, whitespace tidied.
 pub fn focused_excerpt(text: &str, question: &str, max_tokens: u32) -> String {
+    focused(text, question, max_tokens, " ")
+}
+
+/// [`focused_excerpt`] with each kept line on a line of its own, so that a table's rows (see
+/// [`crate::rows::row_text`]) stay rows; blank lines between blocks are dropped.
+pub fn focused_lines(text: &str, question: &str, max_tokens: u32) -> String {
+    focused(text, question, max_tokens, "\n")
+}
+
+/// The selection of [`focused_excerpt`], its pieces joined by `separator`.
+fn focused(text: &str, question: &str, max_tokens: u32, separator: &str) -> String {
     let limit = max_tokens as usize * 4;
-    let whole = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let tidy = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
+    let whole = if separator == " " { tidy(text) } else { text.lines().map(tidy).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(separator) };
     if whole.len() <= limit {
         return whole;
     }
@@ -111,7 +123,7 @@ pub fn focused_excerpt(text: &str, question: &str, max_tokens: u32) -> String {
     if previous.is_some_and(|p| p + 1 < lines.len()) {
         out.push("...");
     }
-    out.join(" ")
+    out.join(separator)
 }
 
 #[cfg(test)]
@@ -167,6 +179,17 @@ mod tests {
         assert!(out.contains("dividend declared was 42"), "{out}");
         assert!(out.len() <= 100 * 4 + 4 * 8, "{} characters", out.len());
         assert!(!focused_excerpt(&filler, "What dividend?", 100).trim_matches('.').trim().is_empty());
+    }
+
+    #[test]
+    fn kept_lines_stay_lines_and_the_selection_is_the_same() {
+        let text = page();
+        let question = "What percentage of total loans receivable gross in 2016 were loans backed by commercial real estate?";
+        let flat = focused_excerpt(&text, question, 200);
+        let lines = focused_lines(&text, question, 200);
+        assert!(lines.contains("\nLoans backed by commercial real estate 4,761 5,271\n"), "{lines}");
+        assert_eq!(lines.replace('\n', " "), flat);
+        assert_eq!(focused_lines("One line.\n\nTwo  lines\nhere.", "anything", 800), "One line.\nTwo lines\nhere.");
     }
 
     #[test]

@@ -202,8 +202,10 @@ pub mod calc;
 pub mod excerpt;
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod rows;
 
-pub use excerpt::focused_excerpt;
+pub use excerpt::{focused_excerpt, focused_lines};
+pub use rows::row_text;
 
 pub use evident::pipeline::{host, types};
 use types::{Candidate, GenerateRequest, Generation, LogLevel, PageContent, PageRef, Param, SearchMode, StageContext};
