@@ -35,20 +35,22 @@ fn terms(text: &str) -> HashSet<String> {
 /// (4 characters a token), keeping first the lines that share the question's words, rarer words
 /// counting more. A text within the budget comes back whole, whitespace tidied.
 pub fn focused_excerpt(text: &str, question: &str, max_tokens: u32) -> String {
-    focused(text, question, max_tokens, " ")
+    focused(text, question, max_tokens, false)
 }
 
 /// [`focused_excerpt`] with each kept line on a line of its own, so that a table's rows (see
 /// [`crate::rows::row_text`]) stay rows; blank lines between blocks are dropped.
 pub fn focused_lines(text: &str, question: &str, max_tokens: u32) -> String {
-    focused(text, question, max_tokens, "\n")
+    focused(text, question, max_tokens, true)
 }
 
-/// The selection of [`focused_excerpt`], its pieces joined by `separator`.
-fn focused(text: &str, question: &str, max_tokens: u32, separator: &str) -> String {
+/// The selection of [`focused_excerpt`], its pieces joined by newlines when `keep_lines`, else
+/// by spaces.
+fn focused(text: &str, question: &str, max_tokens: u32, keep_lines: bool) -> String {
     let limit = max_tokens as usize * 4;
+    let separator = if keep_lines { "\n" } else { " " };
     let tidy = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
-    let whole = if separator == " " { tidy(text) } else { text.lines().map(tidy).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(separator) };
+    let whole = if keep_lines { text.lines().map(tidy).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(separator) } else { tidy(text) };
     if whole.len() <= limit {
         return whole;
     }
