@@ -28,11 +28,10 @@ fn continues_row(first: &BlockText, last: &BlockText, next: &BlockText) -> bool 
 /// their cells separated by " | ", and consecutive rows of cells form one block, so that a
 /// table's first row (its column headings) heads its block.
 pub fn row_text<'a>(blocks: impl IntoIterator<Item = BlockText<'a>>) -> String {
-    let blocks: Vec<BlockText> = blocks.into_iter().collect();
-    let mut rows: Vec<Vec<&BlockText>> = Vec::new();
-    for block in &blocks {
+    let mut rows: Vec<Vec<BlockText>> = Vec::new();
+    for block in blocks {
         match rows.last_mut() {
-            Some(row) if continues_row(row[0], row[row.len() - 1], block) => row.push(block),
+            Some(row) if continues_row(&row[0], &row[row.len() - 1], &block) => row.push(block),
             _ => rows.push(vec![block]),
         }
     }
