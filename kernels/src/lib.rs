@@ -34,6 +34,6 @@ pub use maxsim_candidates::{CentroidTable, Codebook, PageCodes, candidates, cent
 pub use maxsim_cpu::{MaxSimCpu, cpu_features};
 pub use maxsim_gpu::{DevicePages, MaxSimKernel, SegmentMaxForm};
 pub use pointwise_cpu::{PointwiseOp, add_assign, apply_pointwise, softmax_rows};
-pub use quant::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, vnni_rounded};
+pub use quant::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, rounded_input};
 pub use token_pooling::pool_tokens;
 pub use topk::top_k;

@@ -3,7 +3,7 @@
 //! product (prompt pass) on every matmul path.
 
 use evident_kernels::testing::{Noise, assert_all_close};
-use evident_kernels::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, vnni_rounded};
+use evident_kernels::{BlockEncoding, CpuPath, MatmulPath, QuantMatrix, dequantize_gguf, dequantize_reference, rounded_input};
 use half::{bf16, f16};
 
 fn f16_bytes(v: f32) -> [u8; 2] {
@@ -89,14 +89,16 @@ fn block_matvec_equals_the_dequantised_product() {
             for path in CpuPath::available() {
                 let mut out = vec![f32::NAN; rows];
                 m.matvec_on(path, &x, &mut out);
-                // The VNNI path rounds x to 8-bit integers per run of 32 (x ≈ d·q, d = max|x|/127):
-                // exact against the rounded vector, and off the true one by at most
-                // Σ |w| · d / 2.
-                let rounded = if path == CpuPath::Avx512Vnni { vnni_rounded(&x) } else { None };
-                let (exact, rounding) = match &rounded {
+                // The VNNI path rounds x to 8-bit integers per run of 32, the AVX2 path per 256
+                // for K-quant rows and per run of 32 for the others (x ≈ d·q, d = max|x|/127):
+                // exact against the rounded vector, and off the true one by at most Σ |w| · d / 2.
+                let k_quant = encoding.block_weights() == 256;
+                let group = if path == CpuPath::Avx2 && k_quant { 256 } else { 32 };
+                let (exact, rounding) = match &rounded_input(path, encoding, &x) {
                     Some(xr) => {
-                        let amax: Vec<f64> = x.chunks(32).map(|r| r.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))).collect();
-                        let bound: Vec<f64> = (0..rows).map(|r| (0..cols).map(|i| f64::from(dense[r * cols + i].abs()) * amax[i / 32] / 254.0).sum()).collect();
+                        let amax: Vec<f64> = x.chunks(group).map(|r| r.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))).collect();
+                        let bound: Vec<f64> =
+                            (0..rows).map(|r| (0..cols).map(|i| f64::from(dense[r * cols + i].abs()) * amax[i / group] / 254.0).sum()).collect();
                         (dense_product(&dense, xr, rows, cols).0, bound)
                     }
                     None => (want.clone(), vec![0.0; rows]),
@@ -138,13 +140,15 @@ fn many_row_products_equal_the_dequantised_product_on_every_path() {
                 // bfloat16 products are checked against the product of the rounded inputs (the
                 // kernels' own decoding, checked against ggml's above, rounded: a weight one f32
                 // step from a rounding midpoint must round the same way on both sides); row by
-                // row, against the vector the matrix-vector path reads (see above).
+                // row and in 8-bit rows, against the vector the matrix-vector path reads (see
+                // above; both parts of a pair read it alike).
+                let rows_read = |vector_path: CpuPath| -> Vec<f32> {
+                    x.chunks(cols).flat_map(|row| rounded_input(vector_path, first, row).unwrap_or_else(|| row.to_vec())).collect()
+                };
                 let (wr, xr) = match path {
                     MatmulPath::Bf16 | MatmulPath::Amx => (round_bf16(&decoded), round_bf16(&x)),
-                    MatmulPath::RowByRow => {
-                        let rows_read = x.chunks(cols).flat_map(|row| vnni_rounded(row).unwrap_or_else(|| row.to_vec())).collect();
-                        (dense.clone(), rows_read)
-                    }
+                    MatmulPath::RowByRow => (dense.clone(), rows_read(CpuPath::best())),
+                    MatmulPath::Int8Rows => (dense.clone(), rows_read(CpuPath::Avx2)),
                     MatmulPath::F32Panels => (dense.clone(), x.clone()),
                 };
                 let prior: Vec<f32> = (0..m * rows).map(|_| rng.range(-1.0, 1.0)).collect();
@@ -223,7 +227,13 @@ fn many_row_products_span_panels_on_every_path() {
     let decoded: Vec<f32> = (0..rows).flat_map(|r| w.row(r)).collect();
     let x = rng.uniform(m * cols);
     for path in MatmulPath::available().into_iter().filter(|p| *p != MatmulPath::RowByRow) {
-        let (wr, xr) = if matches!(path, MatmulPath::Bf16 | MatmulPath::Amx) { (round_bf16(&decoded), round_bf16(&x)) } else { (decoded.clone(), x.clone()) };
+        let (wr, xr) = match path {
+            MatmulPath::Bf16 | MatmulPath::Amx => (round_bf16(&decoded), round_bf16(&x)),
+            MatmulPath::Int8Rows => {
+                (decoded.clone(), x.chunks(cols).flat_map(|row| rounded_input(CpuPath::Avx2, BlockEncoding::Q8_0, row).expect("whole runs")).collect())
+            }
+            _ => (decoded.clone(), x.clone()),
+        };
         let mut out = vec![f32::NAN; m * rows];
         w.matmul_on(path, &x, m, &mut out, false);
         for i in 0..m {

@@ -12,6 +12,9 @@ use super::blocks::{BlockEncoding, dequantize_packed};
 #[path = "dot_avx2.rs"]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+#[path = "dot_avx2_int8.rs"]
+mod avx2_int8;
+#[cfg(target_arch = "x86_64")]
 #[path = "dot_avx512.rs"]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
@@ -27,6 +30,13 @@ pub(super) struct Input<'a> {
     /// is not whole pairs of runs: those rows take the float kernels).
     #[cfg(target_arch = "x86_64")]
     quantized: Option<vnni::QuantizedInput>,
+    /// The vector as 8-bit integers per 256 values, for the AVX2 path's Q4_K and Q6_K rows
+    /// (None elsewhere, or when its length is not whole super-blocks).
+    #[cfg(target_arch = "x86_64")]
+    q8k: Option<avx2_int8::Q8kInput>,
+    /// The vector as 8-bit integers per run of 32, for the AVX2 path's other block rows.
+    #[cfg(target_arch = "x86_64")]
+    runs: Option<avx2_int8::RunInput>,
 }
 
 impl Input<'_> {
@@ -36,19 +46,40 @@ impl Input<'_> {
             sums: values.chunks(32).map(|c| c.iter().sum()).collect(),
             #[cfg(target_arch = "x86_64")]
             quantized: (path == CpuPath::Avx512Vnni && values.len().is_multiple_of(64)).then(|| vnni::QuantizedInput::new(values)),
+            #[cfg(target_arch = "x86_64")]
+            q8k: (path == CpuPath::Avx2 && values.len().is_multiple_of(avx2_int8::GROUP)).then(|| avx2_int8::Q8kInput::new(values)),
+            #[cfg(target_arch = "x86_64")]
+            runs: (path == CpuPath::Avx2 && values.len().is_multiple_of(32)).then(|| avx2_int8::RunInput::new(values)),
         }
     }
 }
 
-/// `x` as the VNNI kernels see it (rounded per run to 8-bit integers), for tests; None where
-/// the CPU has no VNNI or `x` is not whole pairs of runs.
-pub fn vnni_rounded(x: &[f32]) -> Option<Vec<f32>> {
+/// `x` as the matrix-vector product on `path` reads it for rows in `encoding` (rounded to
+/// 8-bit integers on the VNNI and AVX2 paths: per 256 values for K-quant rows on AVX2, per run
+/// of 32 otherwise), for tests; None where that product reads `x` as it is.
+pub fn rounded_input(path: CpuPath, encoding: BlockEncoding, x: &[f32]) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
-    if CpuPath::available().contains(&CpuPath::Avx512Vnni) && x.len().is_multiple_of(64) {
-        return Some(vnni::QuantizedInput::new(x).dequantized());
+    match path.or_portable() {
+        CpuPath::Avx512Vnni if x.len().is_multiple_of(64) => return Some(vnni::QuantizedInput::new(x).dequantized()),
+        CpuPath::Avx2 if avx2_int8::takes(encoding) && x.len().is_multiple_of(avx2_int8::GROUP) => {
+            return Some(avx2_int8::Q8kInput::new(x).dequantized());
+        }
+        CpuPath::Avx2 if !avx2_int8::takes(encoding) && x.len().is_multiple_of(32) => return Some(avx2_int8::RunInput::new(x).dequantized()),
+        _ => {}
     }
-    let _ = x;
+    let _ = (path, encoding, x);
     None
+}
+
+/// Whether the AVX2 path reads rows in `encoding`, `cols` wide, with its integer kernels.
+pub(super) fn int8_rows(encoding: BlockEncoding, cols: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return !avx2_int8::takes(encoding) || cols.is_multiple_of(avx2_int8::GROUP);
+    #[cfg(not(target_arch = "x86_64"))]
+    return {
+        let _ = (encoding, cols);
+        false
+    };
 }
 
 /// Σ w·x for one f32 row.
@@ -62,28 +93,59 @@ pub(super) fn dot_f32(path: CpuPath, w: &[f32], x: &[f32]) -> f32 {
     w.iter().zip(x).map(|(a, b)| a * b).sum()
 }
 
-/// Σ w·x for consecutive rows of blocks (`scales`, `quants` in the repacked layout) and the
-/// input, one per value of `out`.
-pub(super) fn dot_rows(path: CpuPath, encoding: BlockEncoding, scales: &[f32], quants: &[u8], input: &Input<'_>, out: &mut [f32]) {
-    let (x, sums) = (input.values, &input.sums);
-    let blocks = x.len() / encoding.block_weights();
+/// Σ w·x for consecutive rows of blocks (`scales`, `quants` in the repacked layout) and each
+/// input: `out[r · k + i]` is row r times input i, for k inputs of the rows' width.
+pub(super) fn dot_rows(path: CpuPath, encoding: BlockEncoding, scales: &[f32], quants: &[u8], inputs: &[Input<'_>], out: &mut [f32]) {
+    let (k, cols) = (inputs.len(), inputs.first().map_or(0, |x| x.values.len()));
+    let blocks = cols / encoding.block_weights();
     let (ns, qb) = (blocks * encoding.scales_per_block(), blocks * encoding.packed_bytes());
-    assert_eq!((scales.len(), quants.len()), (out.len() * ns, out.len() * qb), "whole rows");
+    assert!(k > 0 && inputs.iter().all(|x| x.values.len() == cols), "inputs of one width");
+    assert_eq!((scales.len(), quants.len()), (out.len() / k * ns, out.len() / k * qb), "whole rows");
     #[cfg(target_arch = "x86_64")]
-    if let (CpuPath::Avx512Vnni, Some(q)) = (path, &input.quantized) {
-        // SAFETY: the features were detected; the slices are out.len() whole rows.
-        return unsafe { vnni::dot_rows(encoding, scales, quants, q, out) };
+    if path == CpuPath::Avx2 && avx2_int8::takes(encoding) {
+        let rounded: Option<Vec<&avx2_int8::Q8kInput>> = inputs.iter().map(|x| x.q8k.as_ref()).collect();
+        // SAFETY: AVX2 and FMA were detected (the path); the slices are whole rows of inputs'
+        // width, out.len() / k of them.
+        match rounded.as_deref() {
+            Some(&[a]) => return unsafe { avx2_int8::dot_rows(encoding, scales, quants, [a], out) },
+            Some(&[a, b]) => return unsafe { avx2_int8::dot_rows(encoding, scales, quants, [a, b], out) },
+            Some(&[a, b, c, d]) => return unsafe { avx2_int8::dot_rows(encoding, scales, quants, [a, b, c, d], out) },
+            _ => {}
+        }
     }
-    for (r, o) in out.iter_mut().enumerate() {
+    #[cfg(target_arch = "x86_64")]
+    if path == CpuPath::Avx2 && !avx2_int8::takes(encoding) {
+        let rounded: Option<Vec<&avx2_int8::RunInput>> = inputs.iter().map(|x| x.runs.as_ref()).collect();
+        // SAFETY: as above.
+        match rounded.as_deref() {
+            Some(&[a]) => return unsafe { avx2_int8::dot_run_rows(encoding, scales, quants, [a], out) },
+            Some(&[a, b]) => return unsafe { avx2_int8::dot_run_rows(encoding, scales, quants, [a, b], out) },
+            Some(&[a, b, c, d]) => return unsafe { avx2_int8::dot_run_rows(encoding, scales, quants, [a, b, c, d], out) },
+            _ => {}
+        }
+    }
+    for (r, o) in out.chunks_exact_mut(k).enumerate() {
         let (s, q) = (&scales[r * ns..(r + 1) * ns], &quants[r * qb..(r + 1) * qb]);
-        *o = match path {
-            // SAFETY: the feature was detected; the slices cover the row's whole blocks.
-            #[cfg(target_arch = "x86_64")]
-            CpuPath::Avx512 | CpuPath::Avx512Vnni => unsafe { avx512::dot_blocks(encoding, s, q, x, sums) },
-            #[cfg(target_arch = "x86_64")]
-            CpuPath::Avx2 => unsafe { avx2::dot_blocks(encoding, s, q, x, sums) },
-            _ => dot_portable(encoding, s, q, x),
-        };
+        for (o, input) in o.iter_mut().zip(inputs) {
+            let x = input.values;
+            *o = match path {
+                // SAFETY (each arm): the feature was detected; the slices cover the row's whole
+                // blocks and the input is the row's width.
+                #[cfg(target_arch = "x86_64")]
+                CpuPath::Avx512Vnni if input.quantized.is_some() => {
+                    let mut v = 0.0;
+                    if let Some(qx) = &input.quantized {
+                        unsafe { vnni::dot_rows(encoding, s, q, qx, std::slice::from_mut(&mut v)) };
+                    }
+                    v
+                }
+                #[cfg(target_arch = "x86_64")]
+                CpuPath::Avx512 | CpuPath::Avx512Vnni => unsafe { avx512::dot_blocks(encoding, s, q, x, &input.sums) },
+                #[cfg(target_arch = "x86_64")]
+                CpuPath::Avx2 => unsafe { avx2::dot_blocks(encoding, s, q, x, &input.sums) },
+                _ => dot_portable(encoding, s, q, x),
+            };
+        }
     }
 }
 

@@ -14,7 +14,7 @@ mod matmul;
 mod matmul_amx;
 
 pub use blocks::{BlockEncoding, dequantize_gguf, dequantize_reference};
-pub use dot::vnni_rounded;
+pub use dot::rounded_input;
 pub use matmul::MatmulPath;
 
 use rayon::prelude::*;
@@ -55,7 +55,7 @@ impl CpuPath {
     }
 
     /// `self` if this CPU has it, else the portable path.
-    fn or_portable(self) -> CpuPath {
+    pub(crate) fn or_portable(self) -> CpuPath {
         if self == CpuPath::Portable || CpuPath::available().contains(&self) { self } else { CpuPath::Portable }
     }
 }
@@ -109,19 +109,21 @@ impl Part {
         }
     }
 
-    /// Rows `first..first + out.len()` times the input, into `out`.
-    fn dot_rows(&self, first: usize, cols: usize, x: &dot::Input<'_>, path: CpuPath, out: &mut [f32]) {
-        let n = out.len();
+    /// Rows `first..first + n` times each input: `out[r · k + i]` is row first + r times
+    /// input i, for k inputs.
+    fn dot_rows(&self, first: usize, cols: usize, inputs: &[dot::Input<'_>], path: CpuPath, out: &mut [f32]) {
+        let n = out.len() / inputs.len();
         match &self.storage {
             Storage::F32(v) => {
-                for (r, o) in out.iter_mut().enumerate() {
-                    *o = dot::dot_f32(path, &v[(first + r) * cols..(first + r + 1) * cols], x.values);
+                for (r, o) in out.chunks_exact_mut(inputs.len()).enumerate() {
+                    let row = &v[(first + r) * cols..(first + r + 1) * cols];
+                    o.iter_mut().zip(inputs).for_each(|(o, x)| *o = dot::dot_f32(path, row, x.values));
                 }
             }
             Storage::Blocks { encoding, scales, quants } => {
                 let blocks = cols / encoding.block_weights();
                 let (ns, qb) = (blocks * encoding.scales_per_block(), blocks * encoding.packed_bytes());
-                dot::dot_rows(path, *encoding, &scales[first * ns..(first + n) * ns], &quants[first * qb..(first + n) * qb], x, out);
+                dot::dot_rows(path, *encoding, &scales[first * ns..(first + n) * ns], &quants[first * qb..(first + n) * qb], inputs, out);
             }
         }
     }
@@ -224,6 +226,26 @@ impl QuantMatrix {
         part.row_into(r, self.cols, out, CpuPath::best());
     }
 
+    /// Rows `first..` times each input, across parts: `out[r · k + i]` is row first + r times
+    /// input i, for k inputs.
+    fn dot_range(&self, mut first: usize, inputs: &[dot::Input<'_>], path: CpuPath, out: &mut [f32]) {
+        let k = inputs.len();
+        let mut done = 0;
+        for part in &self.parts {
+            if done == out.len() {
+                break;
+            }
+            if first >= part.rows {
+                first -= part.rows;
+                continue;
+            }
+            let n = (part.rows - first).min((out.len() - done) / k);
+            part.dot_rows(first, self.cols, inputs, path, &mut out[done..done + n * k]);
+            done += n * k;
+            first = 0;
+        }
+    }
+
     /// `out = W x`, split over the CPU's threads, on the fastest path the CPU has.
     pub fn matvec(&self, x: &[f32], out: &mut [f32]) {
         self.matvec_on(CpuPath::best(), x, out);
@@ -240,7 +262,7 @@ impl QuantMatrix {
             let (mine, later) = rest.split_at_mut(part.rows);
             rest = later;
             mine.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
-                part.dot_rows(task * ROWS_PER_TASK, self.cols, &input, path, chunk);
+                part.dot_rows(task * ROWS_PER_TASK, self.cols, std::slice::from_ref(&input), path, chunk);
             });
         }
     }
