@@ -52,8 +52,9 @@ pub struct BenchStagesArgs {
 #[derive(Args)]
 pub struct BenchGenerateArgs {
     /// Backends to measure: cpu (native decoder, the prompt pass's products on the fastest path
-    /// this CPU has), cpu-f32, cpu-bf16 (AVX-512 BF16), cpu-amx (AMX tiles) to pin that path,
-    /// burn-cpu (burn's prompt pass), wgpu.
+    /// this CPU has), cpu-f32, cpu-int8 (AVX2 integer rows), cpu-bf16 (AVX-512 BF16), cpu-amx
+    /// (AMX tiles) to pin that path (decoding steps keep the fastest), burn-cpu (burn's prompt
+    /// pass), wgpu.
     #[arg(long, value_delimiter = ',', default_value = "cpu,burn-cpu,wgpu")]
     backends: Vec<String>,
     /// Prompt length in tokens.

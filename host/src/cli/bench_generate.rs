@@ -47,6 +47,7 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
         let cpu = ComputeDevice { device: burn::prelude::Device::flex(), wgpu: false };
         let (pinned, backend_name) = match backend.split_once('-').filter(|(cpu, _)| *cpu == "cpu") {
             Some((_, "f32")) => (Some(MatmulPath::F32Panels), "cpu"),
+            Some((_, "int8")) => (Some(MatmulPath::Int8Rows), "cpu"),
             Some((_, "bf16")) => (Some(MatmulPath::Bf16), "cpu"),
             Some((_, "amx")) => (Some(MatmulPath::Amx), "cpu"),
             _ => (None, backend.as_str()),
@@ -59,7 +60,7 @@ pub fn run(ctx: &Context, backends: &[String], prompt_tokens: usize, decode_toke
             "cpu" => (cpu, CpuPromptPass::Native),
             "burn-cpu" => (cpu, CpuPromptPass::Burn),
             "wgpu" => (ComputeDevice { device: burn::prelude::Device::wgpu(burn::prelude::DeviceKind::DefaultDevice), wgpu: true }, CpuPromptPass::Native),
-            _ => bail!("unknown backend {backend}; use cpu (or cpu-f32, cpu-bf16, cpu-amx to pin the prompt pass's products), burn-cpu or wgpu"),
+            _ => bail!("unknown backend {backend}; use cpu (or cpu-f32, cpu-int8, cpu-bf16, cpu-amx to pin the prompt pass's products), burn-cpu or wgpu"),
         };
         let generator = EmbeddedGenerator::load_with(&path, &compute, prompt_pass).with_context(|| format!("loading {}", path.display()))?;
         if prompt_ids.is_empty() {
