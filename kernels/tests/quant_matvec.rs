@@ -90,7 +90,7 @@ fn block_matvec_equals_the_dequantised_product() {
                 let mut out = vec![f32::NAN; rows];
                 m.matvec_on(path, &x, &mut out);
                 // The VNNI path rounds x to 8-bit integers per run of 32, the AVX2 path per 256
-                // for K-quant rows and per run of 32 for the others (x ≈ d·q, d = max|x|/127):
+                // for K-quant rows and per run of 32 for Q5_0 and Q8_0 (x ≈ d·q, d = max|x|/127):
                 // exact against the rounded vector, and off the true one by at most Σ |w| · d / 2.
                 let k_quant = encoding.block_weights() == 256;
                 let group = if path == CpuPath::Avx2 && k_quant { 256 } else { 32 };

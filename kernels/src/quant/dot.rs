@@ -34,7 +34,7 @@ pub(super) struct Input<'a> {
     /// (None elsewhere, or when its length is not whole super-blocks).
     #[cfg(target_arch = "x86_64")]
     q8k: Option<avx2_int8::Q8kInput>,
-    /// The vector as 8-bit integers per run of 32, for the AVX2 path's other block rows.
+    /// The vector as 8-bit integers per run of 32, for the AVX2 path's Q5_0 and Q8_0 rows.
     #[cfg(target_arch = "x86_64")]
     runs: Option<avx2_int8::RunInput>,
 }
@@ -55,8 +55,9 @@ impl Input<'_> {
 }
 
 /// `x` as the matrix-vector product on `path` reads it for rows in `encoding` (rounded to
-/// 8-bit integers on the VNNI and AVX2 paths: per 256 values for K-quant rows on AVX2, per run
-/// of 32 otherwise), for tests; None where that product reads `x` as it is.
+/// 8-bit integers on the VNNI path per run of 32, and on the AVX2 path per 256 values for
+/// K-quant rows and per run of 32 for Q5_0 and Q8_0 rows), for tests; None where that product
+/// reads `x` as it is.
 pub fn rounded_input(path: CpuPath, encoding: BlockEncoding, x: &[f32]) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
     match path.or_portable() {
@@ -64,7 +65,7 @@ pub fn rounded_input(path: CpuPath, encoding: BlockEncoding, x: &[f32]) -> Optio
         CpuPath::Avx2 if avx2_int8::takes(encoding) && x.len().is_multiple_of(avx2_int8::GROUP) => {
             return Some(avx2_int8::Q8kInput::new(x).dequantized());
         }
-        CpuPath::Avx2 if !avx2_int8::takes(encoding) && x.len().is_multiple_of(32) => return Some(avx2_int8::RunInput::new(x).dequantized()),
+        CpuPath::Avx2 if avx2_int8::takes_runs(encoding) && x.len().is_multiple_of(32) => return Some(avx2_int8::RunInput::new(x).dequantized()),
         _ => {}
     }
     let _ = (path, encoding, x);
@@ -74,7 +75,7 @@ pub fn rounded_input(path: CpuPath, encoding: BlockEncoding, x: &[f32]) -> Optio
 /// Whether the AVX2 path reads rows in `encoding`, `cols` wide, with its integer kernels.
 pub(super) fn int8_rows(encoding: BlockEncoding, cols: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    return !avx2_int8::takes(encoding) || cols.is_multiple_of(avx2_int8::GROUP);
+    return avx2_int8::takes_runs(encoding) || (avx2_int8::takes(encoding) && cols.is_multiple_of(avx2_int8::GROUP));
     #[cfg(not(target_arch = "x86_64"))]
     return {
         let _ = (encoding, cols);
@@ -114,7 +115,7 @@ pub(super) fn dot_rows(path: CpuPath, encoding: BlockEncoding, scales: &[f32], q
         }
     }
     #[cfg(target_arch = "x86_64")]
-    if path == CpuPath::Avx2 && !avx2_int8::takes(encoding) {
+    if path == CpuPath::Avx2 && avx2_int8::takes_runs(encoding) {
         let rounded: Option<Vec<&avx2_int8::RunInput>> = inputs.iter().map(|x| x.runs.as_ref()).collect();
         // SAFETY: as above.
         match rounded.as_deref() {

@@ -6,8 +6,8 @@
 //!   for a handful of rows, where decoding a panel would cost more than it saves);
 //! - `F32Panels`: panels of 64 decoded weight rows through the `gemm` crate;
 //! - `Int8Rows`: each input row rounded to 8-bit integers once, then met by a few weight rows
-//!   at a time in AVX2's integer kernels (`dot_avx2_int8`): on a CPU without AVX-512, four
-//!   byte products per float one;
+//!   at a time in AVX2's integer kernels (`dot_avx2_int8`; Q4_0 and Q4_1 rows take the float
+//!   kernels): on a CPU without AVX-512, four byte products per float one;
 //! - `Bf16`: panels of 12 decoded rows rounded to bfloat16 and multiplied with AVX-512 BF16's
 //!   pairwise dot products (twice the f32 rate; products and sums stay f32);
 //! - `Amx`: the same rounding on AMX tiles (`matmul_amx`), where the CPU and kernel allow them.
