@@ -153,27 +153,39 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
     }
     let past = total - new;
     let out_ptr = SharedOut(out.as_mut_ptr());
-    let tasks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..new).step_by(ROW_CHUNK).map(move |r| (h, r))).collect();
-    tasks.par_iter().for_each_init(Vec::new, |scores: &mut Vec<f32>, &(head, first)| {
+    // One task per key/value head and block of query rows, the group's query heads stacked
+    // into one product: the keys and values are packed once for all of them, not once a head.
+    let tasks: Vec<(usize, usize)> = (0..kv_heads).flat_map(|g| (0..new).step_by(ROW_CHUNK).map(move |r| (g, r))).collect();
+    tasks.par_iter().for_each_init(PromptScratch::default, |scratch, &(kv_head, first)| {
         let rows = ROW_CHUNK.min(new - first);
+        let stacked = group * rows;
         // The block's last query sees this many tokens; later columns are never needed.
         let seen = past + first + rows;
-        let kv_offset = (head / group) * d;
-        scores.resize(rows * seen, 0.0);
-        // SAFETY: the query rows first..first+rows, and the key rows 0..seen of this head's
-        // group, lie inside q and keys (checked above); scores is rows × seen.
+        let kv_offset = kv_head * d;
+        let PromptScratch { queries, scores, context } = scratch;
+        queries.clear();
+        for h in 0..group {
+            let head = kv_head * group + h;
+            for i in first..first + rows {
+                queries.extend_from_slice(&q[i * q_stride + head * d..][..d]);
+            }
+        }
+        scores.resize(stacked * seen, 0.0);
+        context.resize(stacked * d, 0.0);
+        // SAFETY: queries is stacked × d; the key rows 0..seen of this group lie inside keys
+        // (checked above); scores is stacked × seen.
         unsafe {
             gemm(
-                rows,
+                stacked,
                 seen,
                 d,
                 scores.as_mut_ptr(),
                 1,
                 seen as isize,
                 false,
-                q.as_ptr().add(first * q_stride + head * d),
+                queries.as_ptr(),
                 1,
-                q_stride as isize,
+                d as isize,
                 keys.as_ptr().add(kv_offset),
                 kv_width as isize,
                 1,
@@ -185,21 +197,20 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
                 Parallelism::None,
             );
         }
-        for (i, row) in scores.chunks_exact_mut(seen).enumerate() {
-            let (visible, future) = row.split_at_mut(past + first + i + 1);
+        for (r, row) in scores.chunks_exact_mut(seen).enumerate() {
+            let (visible, future) = row.split_at_mut(past + first + r % rows + 1);
             softmax_in_place(visible);
             future.fill(0.0);
         }
-        // SAFETY: each task writes only its own head's columns of its own block of rows, so no
-        // two tasks touch the same value of `out`; the value rows 0..seen lie inside values.
+        // SAFETY: context is stacked × d; the value rows 0..seen lie inside values.
         unsafe {
             gemm(
-                rows,
+                stacked,
                 d,
                 seen,
-                out_ptr.at(first * width + head * d),
+                context.as_mut_ptr(),
                 1,
-                width as isize,
+                d as isize,
                 false,
                 scores.as_ptr(),
                 1,
@@ -215,39 +226,119 @@ pub fn causal_attention(q: &[f32], q_stride: usize, keys: &[f32], values: &[f32]
                 Parallelism::None,
             );
         }
+        for (r, row) in context.chunks_exact(d).enumerate() {
+            let (head, i) = (kv_head * group + r / rows, first + r % rows);
+            // SAFETY: each task writes only its own group's heads in its own block of rows, so
+            // no two tasks touch the same value of `out`, whose rows are `new` × width.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), out_ptr.at(i * width + head * d), d) };
+        }
     });
+}
+
+/// A prompt-pass attention task's buffers, kept per thread across tasks.
+#[derive(Default)]
+struct PromptScratch {
+    /// The group's query rows, head after head.
+    queries: Vec<f32>,
+    /// Their scores over the keys they may see, then the softmax weights.
+    scores: Vec<f32>,
+    /// Their weighted sums of values, before they go to their places in `out`.
+    context: Vec<f32>,
 }
 
 /// Multiply-adds below which a decoding step's attention stays on this thread.
 const ONE_QUERY_SERIAL_MACS: usize = 1 << 20;
 
-/// A decoding step's attention (one query row over every cached token): plain loops per head,
-/// where a matrix product of one row would cost more to set up than to run.
+/// Cached tokens per task of a decoding step's attention: enough that a task outweighs its
+/// hand-off, few enough that both cores share a cache of a few thousand tokens.
+const ONE_QUERY_SPAN: usize = 512;
+
+/// One task's share of a decoding step's attention: for each query head of one key/value
+/// group, over one span of cached tokens, the largest score, Σ exp(score − max) and
+/// Σ exp(score − max) · v (flash decoding's partial softmax).
+struct SpanPartial {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    weighted: Vec<f32>,
+}
+
+/// A decoding step's attention (one query row over every cached token). Each task reads the
+/// keys and values of one group once for all of its query heads (reading them once a head
+/// made the step memory-bound at a few thousand tokens), over one span of tokens; the spans'
+/// partial softmaxes are then merged.
 fn attend_one(q: &[f32], keys: &[f32], values: &[f32], shape: GroupedShape, scale: f32, out: &mut [f32]) {
     let GroupedShape { heads, kv_heads, head_dim: d } = shape;
-    let kv_width = kv_heads * d;
-    let total = keys.len() / kv_width;
+    let total = keys.len() / (kv_heads * d);
     let group = heads / kv_heads;
-    let head = |h: usize, out: &mut [f32], scores: &mut Vec<f32>| {
-        let (qh, kv) = (&q[h * d..(h + 1) * d], (h / group) * d);
-        scores.clear();
-        scores.extend(keys.chunks_exact(kv_width).map(|k| dot(&k[kv..kv + d], qh) * scale));
-        softmax_in_place(scores);
-        out.fill(0.0);
-        for (p, v) in scores.iter().zip(values.chunks_exact(kv_width)) {
-            out.iter_mut().zip(&v[kv..kv + d]).for_each(|(o, v)| *o += p * v);
+    let spans = total.div_ceil(ONE_QUERY_SPAN);
+    let tasks: Vec<(usize, usize)> = (0..kv_heads).flat_map(|g| (0..spans).map(move |s| (g, s))).collect();
+    let run = |&(g, s): &(usize, usize)| attend_span(q, keys, values, shape, scale, g, s * ONE_QUERY_SPAN..total.min((s + 1) * ONE_QUERY_SPAN));
+    let partials: Vec<SpanPartial> =
+        if heads * total * d * 2 < ONE_QUERY_SERIAL_MACS { tasks.iter().map(run).collect() } else { tasks.par_iter().map(run).collect() };
+    for (g, parts) in partials.chunks_exact(spans).enumerate() {
+        for h in 0..group {
+            let max = parts.iter().fold(f32::NEG_INFINITY, |m, p| m.max(p.max[h]));
+            let o = &mut out[(g * group + h) * d..][..d];
+            o.fill(0.0);
+            let mut sum = 0.0;
+            for p in parts {
+                let w = (p.max[h] - max).exp();
+                sum += w * p.sum[h];
+                o.iter_mut().zip(&p.weighted[h * d..(h + 1) * d]).for_each(|(o, v)| *o += w * v);
+            }
+            o.iter_mut().for_each(|o| *o /= sum);
         }
-    };
-    if heads * total * d * 2 < ONE_QUERY_SERIAL_MACS {
-        let mut scores = Vec::with_capacity(total);
-        out.chunks_exact_mut(d).enumerate().for_each(|(h, o)| head(h, o, &mut scores));
-    } else {
-        out.par_chunks_exact_mut(d).enumerate().for_each_init(Vec::new, |scores, (h, o)| head(h, o, scores));
     }
+}
+
+/// [`SpanPartial`] of key/value group `g` over the cached tokens in `span`, on the widest
+/// vectors this CPU has.
+fn attend_span(q: &[f32], keys: &[f32], values: &[f32], shape: GroupedShape, scale: f32, g: usize, span: Range<usize>) -> SpanPartial {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the features the function is compiled for were just detected.
+        return unsafe { attend_span_avx2(q, keys, values, shape, scale, g, span) };
+    }
+    attend_span_portable(q, keys, values, shape, scale, g, span)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn attend_span_avx2(q: &[f32], keys: &[f32], values: &[f32], shape: GroupedShape, scale: f32, g: usize, span: Range<usize>) -> SpanPartial {
+    attend_span_portable(q, keys, values, shape, scale, g, span)
+}
+
+#[inline(always)]
+fn attend_span_portable<'a>(q: &[f32], keys: &'a [f32], values: &'a [f32], shape: GroupedShape, scale: f32, g: usize, span: Range<usize>) -> SpanPartial {
+    let GroupedShape { heads, kv_heads, head_dim: d } = shape;
+    let (kv_width, group, n) = (kv_heads * d, heads / kv_heads, span.len());
+    let rows = |m: &'a [f32]| m[span.start * kv_width..span.end * kv_width].chunks_exact(kv_width).map(move |row| &row[g * d..(g + 1) * d]);
+    let queries = &q[g * group * d..(g + 1) * group * d];
+    let mut scores = vec![0.0f32; group * n];
+    for (t, k) in rows(keys).enumerate() {
+        for (h, qh) in queries.chunks_exact(d).enumerate() {
+            scores[h * n + t] = dot(k, qh) * scale;
+        }
+    }
+    let (mut max, mut sum) = (vec![0.0f32; group], vec![0.0f32; group]);
+    for (h, row) in scores.chunks_exact_mut(n).enumerate() {
+        max[h] = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+        row.iter_mut().for_each(|v| *v = exp(*v - max[h]));
+        sum[h] = row.iter().sum();
+    }
+    let mut weighted = vec![0.0f32; group * d];
+    for (t, v) in rows(values).enumerate() {
+        for (h, acc) in weighted.chunks_exact_mut(d).enumerate() {
+            let p = scores[h * n + t];
+            acc.iter_mut().zip(v).for_each(|(a, v)| *a += p * v);
+        }
+    }
+    SpanPartial { max, sum, weighted }
 }
 
 /// Σ a·b in sixteen separate sums, so the compiler vectorises it (one running sum must keep
 /// the order of additions and cannot).
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 16];
     let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));

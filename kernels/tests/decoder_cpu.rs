@@ -79,10 +79,18 @@ fn gated_silu_matches_the_definition_far_into_both_tails() {
 fn causal_attention_over_a_cache_matches_the_masked_softmax() {
     let mut rng = Noise::new(4);
     // (new, past, heads, kv_heads, head_dim, extra columns in each query row); single new
-    // tokens after short and long caches take the decoding step's serial and parallel loops.
-    for (new, past, heads, kv_heads, d, extra) in
-        [(1, 0, 1, 1, 1, 0), (1, 9, 3, 1, 5, 4), (1, 2047, 12, 2, 128, 512), (7, 0, 4, 2, 3, 0), (130, 3, 9, 3, 64, 384), (65, 200, 6, 6, 16, 1)]
-    {
+    // tokens after short and long caches take the decoding step's serial and parallel loops,
+    // and a cache longer than two spans merges partial softmaxes of a last, partial span.
+    for (new, past, heads, kv_heads, d, extra) in [
+        (1, 0, 1, 1, 1, 0),
+        (1, 9, 3, 1, 5, 4),
+        (1, 2047, 12, 2, 128, 512),
+        (1, 1100, 14, 2, 19, 3),
+        (7, 0, 4, 2, 3, 0),
+        (130, 3, 9, 3, 64, 384),
+        (65, 200, 6, 6, 16, 1),
+        (129, 500, 12, 2, 128, 0),
+    ] {
         let shape = GroupedShape { heads, kv_heads, head_dim: d };
         let q_stride = heads * d + extra;
         let total = new + past;

@@ -5,6 +5,9 @@
 //! 32 with `w = s·q + m`, Σ w·x = s·Σ q·x + m·Σ x, and Σ x per run (`sums`) is computed once
 //! per vector, not once per row.
 
+#[cfg(target_arch = "x86_64")]
+use std::sync::OnceLock;
+
 use super::CpuPath;
 use super::blocks::{BlockEncoding, dequantize_packed};
 
@@ -31,12 +34,16 @@ pub(super) struct Input<'a> {
     #[cfg(target_arch = "x86_64")]
     quantized: Option<vnni::QuantizedInput>,
     /// The vector as 8-bit integers per 256 values, for the AVX2 path's Q4_K and Q6_K rows
-    /// (None elsewhere, or when its length is not whole super-blocks).
+    /// (None elsewhere, or when its length is not whole super-blocks). Rounded when a row
+    /// first needs it: a product's rows are often all of one kind.
     #[cfg(target_arch = "x86_64")]
-    q8k: Option<avx2_int8::Q8kInput>,
-    /// The vector as 8-bit integers per run of 32, for the AVX2 path's Q5_0 and Q8_0 rows.
+    q8k: OnceLock<Option<avx2_int8::Q8kInput>>,
+    /// The vector as 8-bit integers per run of 32, for the AVX2 path's Q5_0 and Q8_0 rows;
+    /// rounded when first needed.
     #[cfg(target_arch = "x86_64")]
-    runs: Option<avx2_int8::RunInput>,
+    runs: OnceLock<Option<avx2_int8::RunInput>>,
+    #[cfg(target_arch = "x86_64")]
+    path: CpuPath,
 }
 
 impl Input<'_> {
@@ -47,10 +54,26 @@ impl Input<'_> {
             #[cfg(target_arch = "x86_64")]
             quantized: (path == CpuPath::Avx512Vnni && values.len().is_multiple_of(64)).then(|| vnni::QuantizedInput::new(values)),
             #[cfg(target_arch = "x86_64")]
-            q8k: (path == CpuPath::Avx2 && values.len().is_multiple_of(avx2_int8::GROUP)).then(|| avx2_int8::Q8kInput::new(values)),
+            q8k: OnceLock::new(),
             #[cfg(target_arch = "x86_64")]
-            runs: (path == CpuPath::Avx2 && values.len().is_multiple_of(32)).then(|| avx2_int8::RunInput::new(values)),
+            runs: OnceLock::new(),
+            #[cfg(target_arch = "x86_64")]
+            path,
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn q8k(&self) -> Option<&avx2_int8::Q8kInput> {
+        let values = self.values;
+        let rounds = self.path == CpuPath::Avx2 && values.len().is_multiple_of(avx2_int8::GROUP);
+        self.q8k.get_or_init(|| rounds.then(|| avx2_int8::Q8kInput::new(values))).as_ref()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn runs(&self) -> Option<&avx2_int8::RunInput> {
+        let values = self.values;
+        let rounds = self.path == CpuPath::Avx2 && values.len().is_multiple_of(32);
+        self.runs.get_or_init(|| rounds.then(|| avx2_int8::RunInput::new(values))).as_ref()
     }
 }
 
@@ -104,7 +127,7 @@ pub(super) fn dot_rows(path: CpuPath, encoding: BlockEncoding, scales: &[f32], q
     assert_eq!((scales.len(), quants.len()), (out.len() / k * ns, out.len() / k * qb), "whole rows");
     #[cfg(target_arch = "x86_64")]
     if path == CpuPath::Avx2 && avx2_int8::takes(encoding) {
-        let rounded: Option<Vec<&avx2_int8::Q8kInput>> = inputs.iter().map(|x| x.q8k.as_ref()).collect();
+        let rounded: Option<Vec<&avx2_int8::Q8kInput>> = inputs.iter().map(Input::q8k).collect();
         // SAFETY: AVX2 and FMA were detected (the path); the slices are whole rows of inputs'
         // width, out.len() / k of them.
         match rounded.as_deref() {
@@ -116,7 +139,7 @@ pub(super) fn dot_rows(path: CpuPath, encoding: BlockEncoding, scales: &[f32], q
     }
     #[cfg(target_arch = "x86_64")]
     if path == CpuPath::Avx2 && avx2_int8::takes_runs(encoding) {
-        let rounded: Option<Vec<&avx2_int8::RunInput>> = inputs.iter().map(|x| x.runs.as_ref()).collect();
+        let rounded: Option<Vec<&avx2_int8::RunInput>> = inputs.iter().map(Input::runs).collect();
         // SAFETY: as above.
         match rounded.as_deref() {
             Some(&[a]) => return unsafe { avx2_int8::dot_run_rows(encoding, scales, quants, [a], out) },
