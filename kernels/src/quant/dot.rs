@@ -24,6 +24,35 @@ mod avx512;
 #[path = "dot_vnni.rs"]
 mod vnni;
 
+/// Position in the integer kernels' order of value `i` of a vector: each pair of runs A and B
+/// (64 values) as the nibbles of one load come out, [A 0..16, B 0..16, A 16..32, B 16..32].
+#[cfg(target_arch = "x86_64")]
+fn pair_order(i: usize) -> usize {
+    let (pair, at) = (i / 64, i % 64);
+    let (run, j) = (at / 32, at % 32);
+    pair * 64 + (j / 16) * 32 + run * 16 + j % 16
+}
+
+/// How far ahead of the block being read the integer kernels fetch: the hardware prefetcher
+/// alone left a third of the memory bandwidth unused (55 against 80 GB/s on a 196 MB matrix, a
+/// 2-core box).
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 16384;
+
+/// Asks for the cache lines of the block `PREFETCH_BYTES` ahead of the `bytes` at `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn ahead(p: *const u8, bytes: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let mut at = 0;
+    while at < bytes {
+        // SAFETY: SSE is part of every x86-64 CPU; prefetching past the end of an allocation
+        // is harmless (a hint, never a fault).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES + at) as *const i8) };
+        at += 64;
+    }
+}
+
 /// A product's input vector, with what the kernels derive from it once per product.
 pub(super) struct Input<'a> {
     pub values: &'a [f32],

@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::BlockEncoding;
+use super::{BlockEncoding, ahead, pair_order};
 
 /// Values per input scale: a K-quant super-block.
 pub const GROUP: usize = 256;
@@ -30,13 +30,6 @@ pub struct Q8kInput {
     run_sum: Vec<f32>,
     /// Per 16 values: scale · Σ q (Q6_K's scales cover 16 weights).
     half_sum: Vec<f32>,
-}
-
-/// Position in the kernels' order of value `i` of a vector.
-fn pair_order(i: usize) -> usize {
-    let (pair, at) = (i / 64, i % 64);
-    let (run, j) = (at / 32, at % 32);
-    pair * 64 + (j / 16) * 32 + run * 16 + j % 16
 }
 
 impl Q8kInput {
@@ -134,20 +127,6 @@ pub fn takes(encoding: BlockEncoding) -> bool {
 /// Whether these kernels take rows in `encoding` against an input rounded per run of 32.
 pub fn takes_runs(encoding: BlockEncoding) -> bool {
     matches!(encoding, BlockEncoding::Q5_0 | BlockEncoding::Q8_0)
-}
-
-/// How far ahead of the block being read to fetch (as the VNNI kernels do).
-const PREFETCH_BYTES: usize = 16384;
-
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn ahead(p: *const u8, bytes: usize) {
-    let mut at = 0;
-    while at < bytes {
-        // Prefetching past the end of an allocation is harmless (a hint, never a fault).
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES + at) as *const i8);
-        at += 64;
-    }
 }
 
 #[inline]
