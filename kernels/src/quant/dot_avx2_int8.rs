@@ -47,17 +47,11 @@ impl Q8kInput {
     fn build(x: &[f32]) -> Q8kInput {
         let mut input =
             Q8kInput { q: vec![0; x.len()], scale: vec![0.0; x.len() / GROUP], run_sum: vec![0.0; x.len() / 32], half_sum: vec![0.0; x.len() / 16] };
-        let mut rounded = [0i8; GROUP];
         for (b, values) in x.chunks_exact(GROUP).enumerate() {
-            let d = round_group(values, &mut rounded);
-            input.scale[b] = d;
-            for (i, &q) in rounded.iter().enumerate() {
-                input.q[GROUP * b + pair_order(i)] = q;
-                input.half_sum[(GROUP * b + i) / 16] += f32::from(q);
-            }
-            for h in &mut input.half_sum[GROUP * b / 16..GROUP * (b + 1) / 16] {
-                *h *= d;
-            }
+            let (q, half_sum) = (&mut input.q[GROUP * b..GROUP * (b + 1)], &mut input.half_sum[GROUP * b / 16..GROUP * (b + 1) / 16]);
+            // SAFETY: AVX2 and FMA were detected (see `new`); values and q are GROUP long,
+            // half_sum GROUP / 16.
+            input.scale[b] = unsafe { round_group_paired(values, q, half_sum) };
         }
         for (r, s) in input.run_sum.iter_mut().enumerate() {
             *s = input.half_sum[2 * r] + input.half_sum[2 * r + 1];
@@ -78,6 +72,54 @@ pub struct RunInput {
     scale: Vec<f32>,
     /// Per run: scale · Σ q.
     run_sum: Vec<f32>,
+}
+
+/// A group of 256 `values` rounded as [`round_group`] rounds them (a NaN to 0), eight at a
+/// time, stored 16 at a time in the kernels' pair order into `q`, with each 16 values'
+/// scale · Σ q in `half_sum`; returns the scale. Rounding value by value and storing each byte
+/// at its place took a twenty-fifth of a long prompt's pass.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn round_group_paired(values: &[f32], q: &mut [i8], half_sum: &mut [f32]) -> f32 {
+    debug_assert!(values.len() == GROUP && q.len() == GROUP && half_sum.len() == GROUP / 16);
+    unsafe {
+        let p = values.as_ptr();
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_setzero_ps();
+        for i in (0..GROUP).step_by(8) {
+            // A NaN lane keeps the maximum so far (`max_ps` returns its second operand).
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(i))), m);
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let d = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1))) / 127.0;
+        let inv = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let (low, high) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+        let round = |at: usize| {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(p.add(at)), inv);
+            // NaN (a NaN input, or an infinite one times 0) becomes 0, as `as i8` makes it.
+            let v = _mm256_and_ps(v, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
+            // Ties to even: the conversion's rounding mode (MXCSR's default).
+            _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, low), high))
+        };
+        for c in 0..GROUP / 16 {
+            let (a, b) = (round(16 * c), round(16 * c + 8));
+            // 16 values as 16 bytes in order: packing works within 128-bit lanes, so the
+            // middle quarters are swapped back before the last step.
+            let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(a, b));
+            let bytes = _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256::<1>(words));
+            // Chunk c is A 0..16, A 16..32, B 0..16 or B 16..32 of its pair (c % 4), which
+            // the kernels' order puts at 0, 32, 16 and 48.
+            let at = 64 * (c / 4) + [0, 32, 16, 48][c % 4];
+            _mm_storeu_si128(q.as_mut_ptr().add(at) as *mut __m128i, bytes);
+            let s = _mm256_add_epi32(a, b);
+            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+            half_sum[c] = d * _mm_cvtsi128_si32(s) as f32;
+        }
+        d
+    }
 }
 
 /// `values` rounded to integers of at most 127 in magnitude with one scale, ties to even, into

@@ -79,6 +79,18 @@ impl MatmulPath {
     const ALL: [MatmulPath; 5] = [MatmulPath::RowByRow, MatmulPath::F32Panels, MatmulPath::Int8Rows, MatmulPath::Bf16, MatmulPath::Amx];
 }
 
+/// Asks for the cache line at `p` ahead of its use (a hint: nothing where the CPU has none).
+#[inline]
+fn prefetch(p: *const f32) {
+    // SAFETY: SSE is part of every x86-64 CPU; a prefetch never faults.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 impl QuantMatrix {
     /// `out[m × rows] = x[m × cols] · Wᵀ`, plus `out`'s previous contents when `accumulate`
     /// (a residual connection added without another pass), on the best path for `m` rows.
@@ -165,16 +177,23 @@ impl QuantMatrix {
             let mut start = 0;
             while start < inputs.len() {
                 let k = [4, 2, 1].into_iter().find(|&k| k <= inputs.len() - start).unwrap_or(1);
+                // Each output row's n columns are one cache line of a large output, seldom
+                // still cached: fetched while the products run, then written row by row
+                // (written as they came, input by input across the rows, the stores waited on
+                // memory: a twentieth of a long prompt's pass).
+                for i in 0..k {
+                    // SAFETY: input row start + i < m and column first < rows lie in out.
+                    prefetch(unsafe { out_ptr.at((start + i) * rows + first) });
+                }
                 dots.resize(n * k, 0.0);
                 self.dot_range(first, &inputs[start..start + k], path, dots);
-                for (j, row) in dots.chunks_exact(k).enumerate() {
-                    for (i, v) in row.iter().enumerate() {
-                        // SAFETY: input row start + i < m and column first + j < rows lie in
-                        // out (m × rows); each task writes only its own columns.
-                        unsafe {
-                            let o = out_ptr.at((start + i) * rows + first + j);
-                            *o = if accumulate { *o + v } else { *v };
-                        }
+                for i in 0..k {
+                    // SAFETY: columns first..first + n of input row start + i lie in out
+                    // (m × rows), and no other task writes these columns.
+                    let row = unsafe { std::slice::from_raw_parts_mut(out_ptr.at((start + i) * rows + first), n) };
+                    for (j, o) in row.iter_mut().enumerate() {
+                        let v = dots[j * k + i];
+                        *o = if accumulate { *o + v } else { v };
                     }
                 }
                 start += k;
