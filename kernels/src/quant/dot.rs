@@ -43,13 +43,9 @@ const PREFETCH_BYTES: usize = 16384;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn ahead(p: *const u8, bytes: usize) {
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    let mut at = 0;
-    while at < bytes {
-        // SAFETY: SSE is part of every x86-64 CPU; prefetching past the end of an allocation
-        // is harmless (a hint, never a fault).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES + at) as *const i8) };
-        at += 64;
+    for at in (0..bytes).step_by(64) {
+        // Past the end of an allocation too: a prefetch is a hint, never a fault.
+        super::prefetch(p.wrapping_add(PREFETCH_BYTES + at));
     }
 }
 

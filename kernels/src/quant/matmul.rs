@@ -79,18 +79,6 @@ impl MatmulPath {
     const ALL: [MatmulPath; 5] = [MatmulPath::RowByRow, MatmulPath::F32Panels, MatmulPath::Int8Rows, MatmulPath::Bf16, MatmulPath::Amx];
 }
 
-/// Asks for the cache line at `p` ahead of its use (a hint: nothing where the CPU has none).
-#[inline]
-fn prefetch(p: *const f32) {
-    // SAFETY: SSE is part of every x86-64 CPU; a prefetch never faults.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 impl QuantMatrix {
     /// `out[m × rows] = x[m × cols] · Wᵀ`, plus `out`'s previous contents when `accumulate`
     /// (a residual connection added without another pass), on the best path for `m` rows.
@@ -183,7 +171,7 @@ impl QuantMatrix {
                 // memory: a twentieth of a long prompt's pass).
                 for i in 0..k {
                     // SAFETY: input row start + i < m and column first < rows lie in out.
-                    prefetch(unsafe { out_ptr.at((start + i) * rows + first) });
+                    super::prefetch(unsafe { out_ptr.at((start + i) * rows + first) }.cast());
                 }
                 dots.resize(n * k, 0.0);
                 self.dot_range(first, &inputs[start..start + k], path, dots);
