@@ -258,8 +258,9 @@ fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log
         .expect("config");
     let log = app.data.path().join("results.jsonl");
     let questions = common::repo_root().join("../shared/bench/questions.jsonl");
-    let eval = |limit: &str| {
-        app.run(&[
+    let traces = app.data.path().join("traces.jsonl");
+    let eval = |limit: &str, more: &[&str]| {
+        let mut args = vec![
             "--config",
             config.to_str().expect("path"),
             "eval",
@@ -275,14 +276,16 @@ fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log
             "1,3",
             "--results",
             log.to_str().expect("path"),
-        ])
+        ];
+        args.extend_from_slice(more);
+        app.run(&args)
     };
     let lines = || -> Vec<serde_json::Value> { std::fs::read_to_string(&log).expect("log").lines().filter_map(|l| serde_json::from_str(l).ok()).collect() };
     let row = |table: &str, name: &str| -> Vec<String> {
         table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} row in {table}")).split_whitespace().map(String::from).collect()
     };
 
-    let out = eval("1");
+    let out = eval("1", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let first = lines();
     assert_eq!(first.len(), 2, "one answer per profile: {first:?}");
@@ -293,13 +296,22 @@ fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log
     // A killed run leaves a torn last line; the next run asks that answer again and adds only
     // what is missing.
     std::fs::write(&log, format!("{}{{\"profile\": \"baseline\", \"qid", std::fs::read_to_string(&log).expect("log"))).expect("tear");
-    let out = eval("2");
+    let out = eval("2", &["--traces", traces.to_str().expect("path")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("2 answers already in the results log"), "{stderr}");
     let all = lines();
     assert_eq!(all.len(), 4, "two new answers: {all:?}");
     assert_eq!(all[..2], first[..], "the earlier answers are kept as they were");
+    // The trace log holds the traces of the answers asked in this run, matched to them.
+    let traced: Vec<serde_json::Value> =
+        std::fs::read_to_string(&traces).expect("trace log").lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    assert_eq!(traced.len(), 2, "one trace per answer asked: {traced:?}");
+    for (t, r) in traced.iter().zip(&all[2..]) {
+        assert_eq!((&t["profile"], &t["qid"]), (&r["profile"], &r["qid"]));
+        let stages: Vec<&str> = t["trace"].as_array().expect("steps").iter().filter_map(|s| s["stage"].as_str()).collect();
+        assert_eq!(stages, ["retrieve", "memory"], "{t}");
+    }
     let table = String::from_utf8_lossy(&out.stdout).to_string();
     for name in ["baseline", "top3"] {
         let cells = row(&table, name);
@@ -458,6 +470,14 @@ fn hievi_runs_end_to_end_through_wasmtime() {
     assert_eq!(stages.iter().filter(|s| **s == "verify").count(), questions, "each question verified");
     assert_eq!(stages.iter().filter(|s| **s == "rerank").count(), questions, "each question reranked");
     assert!(out.llm_calls > 4, "decomposition and per-page judging asked the model: {}", out.llm_calls);
+    // Each verify step names every page it judged, its label and the judge's log-odds.
+    for step in out.trace.iter().filter(|s| s.stage == "verify") {
+        let (counts, verdicts) = step.output.split_once(" relevant: ").unwrap_or_else(|| panic!("no verdicts in {}", step.output));
+        let verdicts: Vec<Vec<&str>> = verdicts.split(", ").map(|v| v.split(' ').collect()).collect();
+        assert!(verdicts.iter().all(|v| v.len() == 3 && v[0].starts_with('p') && ["T", "F"].contains(&v[1]) && v[2].parse::<f32>().is_ok()), "{}", step.output);
+        let trues = verdicts.iter().filter(|v| v[1] == "T").count();
+        assert_eq!(counts, format!("{trues} of {}", verdicts.len()), "{}", step.output);
+    }
     assert_eq!(out.ranked_pages.len(), 4, "the root keeps all its pages, verified first");
     assert!(out.evidence.iter().all(|e| out.ranked_pages.iter().any(|(d, p)| *d == e.document && *p == e.page)), "citations come from the root's pages");
     if out.answerable && out.evidence.is_empty() {

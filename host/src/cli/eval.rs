@@ -47,6 +47,10 @@ pub struct EvalArgs {
     /// answers it already holds, so that a long evaluation stopped part way goes on from there.
     #[arg(long, value_name = "FILE")]
     results: Option<PathBuf>,
+    /// With --profile: append each answer's trace (every stage's input and output in brief,
+    /// the verifier's verdict and score for each page among them) to this JSON-lines file.
+    #[arg(long, value_name = "FILE", requires = "profiles")]
+    traces: Option<PathBuf>,
     /// With --profile and --results: ask nothing, judge the answers the log holds again with
     /// today's accuracy rules, and print the table as logged beside the one rejudged.
     #[arg(long, requires = "results")]
@@ -67,6 +71,7 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
             ks: &args.k,
             json: args.json.as_deref(),
             log,
+            traces: args.traces.as_deref(),
             corpus: args.corpus,
         };
         return super::eval_answers::run(ctx, run);

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use evident::eval::{
-    AnswerRecord, AnswerRow, Question, ROUTING_KS, ResultsLog, answer_question, answer_rows, answer_rows_by, in_turn, load_questions, rejudge,
+    AnswerRecord, AnswerRow, Question, ROUTING_KS, ResultsLog, TraceLog, TraceRecord, answer_question, answer_rows, answer_rows_by, in_turn, load_questions,
+    rejudge,
 };
 use evident::store::DocumentRecord;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -23,6 +24,8 @@ pub struct AnswerRun<'a> {
     pub ks: &'a [usize],
     pub json: Option<&'a Path>,
     pub log: Option<&'a Path>,
+    /// Where each answer's trace is appended, when wanted.
+    pub traces: Option<&'a Path>,
     /// Every question searches every stored document.
     pub corpus: bool,
 }
@@ -31,7 +34,7 @@ pub struct AnswerRun<'a> {
 /// profile in turn, so that a partial run still compares them on the same questions, going on
 /// from the results log) and prints one table, a row per profile.
 pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
-    let AnswerRun { questions: path, profiles, limit, ks, json, log, corpus } = run;
+    let AnswerRun { questions: path, profiles, limit, ks, json, log, traces, corpus } = run;
     let questions = load_questions(path)?;
     let store = Arc::new(ctx.store()?);
     let docs = store.documents()?;
@@ -49,6 +52,7 @@ pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
         }
         None => (None, Vec::new()),
     };
+    let mut traces = traces.map(TraceLog::open).transpose()?;
     // An answer over the corpus and one over the question's own document are different answers.
     let mut records: Vec<AnswerRecord> = logged.into_iter().filter(|r| r.corpus == corpus && wanted.contains(&(r.profile.as_str(), r.qid.as_str()))).collect();
     let done: HashSet<(String, String)> = records.iter().map(|r| (r.profile.clone(), r.qid.clone())).collect();
@@ -64,12 +68,15 @@ pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
                 continue;
             }
             bar.set_message(name.to_string());
-            let record = answer_question(registry.runtime(), &services, name, profile, q, doc, corpus.then_some(docs.as_slice()));
+            let (record, trace) = answer_question(registry.runtime(), &services, name, profile, q, doc, corpus.then_some(docs.as_slice()));
             if record.failed {
                 bar.suspend(|| eprintln!("{} {}: {}", name, q.qid, record.predicted));
             }
             if let Some(log) = log.as_mut() {
                 log.append(&record)?;
+            }
+            if let Some(traces) = traces.as_mut() {
+                traces.append(&TraceRecord { profile: name, qid: &q.qid, corpus, trace: &trace })?;
             }
             records.push(record);
             bar.inc(1);

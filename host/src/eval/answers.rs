@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::accuracy::is_correct_either;
 use super::metrics::{percentile, recall_at, rr_at};
 use super::{EvalError, Question};
-use crate::pipeline::{RequestHost, ResolvedProfile, Services};
+use crate::pipeline::{RequestHost, ResolvedProfile, Services, TraceStep};
 use crate::plugins::StageRuntime;
 use crate::store::DocumentRecord;
 
@@ -91,7 +91,7 @@ pub fn answer_question(
     question: &Question,
     doc: &DocumentRecord,
     corpus: Option<&[DocumentRecord]>,
-) -> AnswerRecord {
+) -> (AnswerRecord, Vec<TraceStep>) {
     let scope = corpus.map_or_else(|| vec![doc.clone()], <[DocumentRecord]>::to_vec);
     let host = Arc::new(RequestHost::new(services.clone(), scope, 0));
     let cpu_before = process_cpu_seconds();
@@ -117,6 +117,7 @@ pub fn answer_question(
         document_rank: 0,
         finished_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     };
+    let mut trace = Vec::new();
     match outcome {
         Ok(o) => {
             record.predicted = if o.answerable { o.answer.clone() } else { ABSTAINED.into() };
@@ -132,13 +133,14 @@ pub fn answer_question(
                 record.document_rank = documents.iter().position(|d| *d == doc.id).map_or(0, |i| i as u32 + 1);
             }
             record.rounds = rounds_in(&o.log);
+            trace = o.trace;
         }
         Err(e) => {
             record.predicted = format!("error: {e}");
             record.failed = true;
         }
     }
-    record
+    (record, trace)
 }
 
 /// User plus system CPU time of this process so far, in seconds (0 where it can't be read).
@@ -177,25 +179,66 @@ impl ResultsLog {
     /// Opens the log at `path` for appending, with the records an earlier run left there. A
     /// torn last line (a run killed mid-write) is ended, and its answer is asked again.
     pub fn open(path: &Path) -> Result<(ResultsLog, Vec<AnswerRecord>), EvalError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(source) => return Err(EvalError::Read { path: path.to_path_buf(), source }),
-        };
+        let (file, text) = open_appending(path)?;
         let records = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        let write_err = |source| EvalError::Write { path: path.to_path_buf(), source };
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(write_err)?;
-        if !text.is_empty() && !text.ends_with('\n') {
-            writeln!(file).map_err(write_err)?;
-        }
         Ok((ResultsLog { path: path.to_path_buf(), file }, records))
     }
 
     /// Appends `record` as one line.
     pub fn append(&mut self, record: &AnswerRecord) -> Result<(), EvalError> {
-        let line = serde_json::to_string(record).map_err(|e| EvalError::Write { path: self.path.clone(), source: e.into() })?;
-        writeln!(self.file, "{line}").map_err(|source| EvalError::Write { path: self.path.clone(), source })
+        append_line(&mut self.file, &self.path, record)
     }
+}
+
+/// One answer's trace as a line of the trace log.
+#[derive(Debug, serde::Serialize)]
+pub struct TraceRecord<'a> {
+    pub profile: &'a str,
+    pub qid: &'a str,
+    pub corpus: bool,
+    pub trace: &'a [TraceStep],
+}
+
+/// The trace log: each answer's stage-by-stage trace (what each stage read and returned, the
+/// verifier's verdict and score per page among them), one JSON record a line, appended beside
+/// the results log so that a long run can be studied afterwards without asking again.
+pub struct TraceLog {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl TraceLog {
+    /// Opens the trace log at `path` for appending (a torn last line is ended).
+    pub fn open(path: &Path) -> Result<TraceLog, EvalError> {
+        let (file, _) = open_appending(path)?;
+        Ok(TraceLog { path: path.to_path_buf(), file })
+    }
+
+    /// Appends `record` as one line.
+    pub fn append(&mut self, record: &TraceRecord<'_>) -> Result<(), EvalError> {
+        append_line(&mut self.file, &self.path, record)
+    }
+}
+
+/// The file at `path` opened for appending, created if missing, with the text it held; a last
+/// line without its newline (a run killed mid-write) is ended so the next line stands alone.
+fn open_appending(path: &Path) -> Result<(std::fs::File, String), EvalError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => return Err(EvalError::Read { path: path.to_path_buf(), source }),
+    };
+    let write_err = |source| EvalError::Write { path: path.to_path_buf(), source };
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(write_err)?;
+    if !text.is_empty() && !text.ends_with('\n') {
+        writeln!(file).map_err(write_err)?;
+    }
+    Ok((file, text))
+}
+
+fn append_line(file: &mut std::fs::File, path: &Path, record: &impl serde::Serialize) -> Result<(), EvalError> {
+    let line = serde_json::to_string(record).map_err(|e| EvalError::Write { path: path.to_path_buf(), source: e.into() })?;
+    writeln!(file, "{line}").map_err(|source| EvalError::Write { path: path.to_path_buf(), source })
 }
 
 /// One profile's row of the comparison table.

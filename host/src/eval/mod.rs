@@ -9,7 +9,7 @@ pub mod ocr_errors;
 mod questions;
 mod ranking;
 
-pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, answer_question, answer_rows, answer_rows_by, rejudge};
+pub use answers::{ABSTAINED, AnswerRecord, AnswerRow, ResultsLog, TraceLog, TraceRecord, answer_question, answer_rows, answer_rows_by, rejudge};
 pub use questions::{Question, file_name, in_turn, load_questions};
 pub use ranking::{ROUTING_KS, RankingReport, RankingTotals, score_rankings};
 
@@ -24,7 +24,7 @@ pub enum EvalError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path} line {line}: not a question ({reason})")]
     BadQuestion { path: PathBuf, line: usize, reason: String },
-    #[error("cannot write the results log {path}: {source}")]
+    #[error("cannot write the log {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Retrieval(#[from] crate::retrieval::RetrievalError),

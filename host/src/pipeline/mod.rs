@@ -146,6 +146,26 @@ fn pages_brief(list: &[Candidate]) -> String {
     format!("{} pages [{}{}]", list.len(), pages.join(" "), if list.len() > 12 { " ..." } else { "" })
 }
 
+/// Each verdict as "p12 T 1.30" (page, label, the stage's score when it gives one), the
+/// document's id before the page when the verdicts span several documents: what the verifier
+/// decided, page by page, for a reader of the trace or for calibrating its threshold.
+fn verdicts_brief(verdicts: &[types::Verdict]) -> String {
+    let one_document = verdicts.windows(2).all(|w| w[0].page.document == w[1].page.document);
+    verdicts
+        .iter()
+        .map(|v| {
+            let page = if one_document { format!("p{}", v.page.page) } else { format!("{}/p{}", v.page.document, v.page.page) };
+            // A label is the plugin's own string; a short one is all a trace line needs.
+            let label: String = v.label.chars().take(12).collect();
+            match v.score {
+                Some(score) => format!("{page} {label} {score:.2}"),
+                None => format!("{page} {label}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What a run reports while it goes, for callers that show progress (the server's stream).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
@@ -269,7 +289,7 @@ pub fn run_observed(
                     format!("{} / {}", brief(q), pages_brief(&candidates)),
                     || runtime.verify(component, dyn_host.clone(), &ctx(StageKind::Verify), q, &candidates),
                     |r| match r {
-                        Ok(v) => format!("{} of {} relevant", v.iter().filter(|v| v.relevant).count(), v.len()),
+                        Ok(v) => format!("{} of {} relevant: {}", v.iter().filter(|v| v.relevant).count(), v.len(), verdicts_brief(v)),
                         Err(e) => e.to_string(),
                     },
                 );
