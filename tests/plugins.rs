@@ -311,6 +311,7 @@ fn eval_compares_profiles_on_the_same_questions_and_goes_on_from_its_results_log
         assert_eq!((&t["profile"], &t["qid"]), (&r["profile"], &r["qid"]));
         let stages: Vec<&str> = t["trace"].as_array().expect("steps").iter().filter_map(|s| s["stage"].as_str()).collect();
         assert_eq!(stages, ["retrieve", "memory"], "{t}");
+        assert!(t["log"].is_array(), "the stages' log beside the trace: {t}");
     }
     let table = String::from_utf8_lossy(&out.stdout).to_string();
     for name in ["baseline", "top3"] {

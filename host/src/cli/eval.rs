@@ -48,7 +48,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     results: Option<PathBuf>,
     /// With --profile: append each answer's trace (every stage's input and output in brief,
-    /// the verifier's verdict and score for each page among them) to this JSON-lines file.
+    /// the verifier's verdict and score for each page among them) and its stages' log to this
+    /// JSON-lines file.
     #[arg(long, value_name = "FILE", requires = "profiles")]
     traces: Option<PathBuf>,
     /// With --profile and --results: ask nothing, judge the answers the log holds again with

@@ -68,15 +68,15 @@ pub fn run(ctx: &Context, run: AnswerRun<'_>) -> Result<ExitCode> {
                 continue;
             }
             bar.set_message(name.to_string());
-            let (record, trace) = answer_question(registry.runtime(), &services, name, profile, q, doc, corpus.then_some(docs.as_slice()));
+            let (record, outcome) = answer_question(registry.runtime(), &services, name, profile, q, doc, corpus.then_some(docs.as_slice()));
             if record.failed {
                 bar.suspend(|| eprintln!("{} {}: {}", name, q.qid, record.predicted));
             }
             if let Some(log) = log.as_mut() {
                 log.append(&record)?;
             }
-            if let Some(traces) = traces.as_mut() {
-                traces.append(&TraceRecord { profile: name, qid: &q.qid, corpus, trace: &trace })?;
+            if let (Some(traces), Some(o)) = (traces.as_mut(), outcome.as_ref()) {
+                traces.append(&TraceRecord { profile: name, qid: &q.qid, corpus, trace: &o.trace, log: &o.log })?;
             }
             records.push(record);
             bar.inc(1);

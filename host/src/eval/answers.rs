@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::accuracy::is_correct_either;
 use super::metrics::{percentile, recall_at, rr_at};
 use super::{EvalError, Question};
-use crate::pipeline::{RequestHost, ResolvedProfile, Services, TraceStep};
+use crate::pipeline::{Outcome, RequestHost, ResolvedProfile, Services, TraceStep};
 use crate::plugins::StageRuntime;
 use crate::store::DocumentRecord;
 
@@ -91,7 +91,7 @@ pub fn answer_question(
     question: &Question,
     doc: &DocumentRecord,
     corpus: Option<&[DocumentRecord]>,
-) -> (AnswerRecord, Vec<TraceStep>) {
+) -> (AnswerRecord, Option<Outcome>) {
     let scope = corpus.map_or_else(|| vec![doc.clone()], <[DocumentRecord]>::to_vec);
     let host = Arc::new(RequestHost::new(services.clone(), scope, 0));
     let cpu_before = process_cpu_seconds();
@@ -117,7 +117,7 @@ pub fn answer_question(
         document_rank: 0,
         finished_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     };
-    let mut trace = Vec::new();
+    let mut answered = None;
     match outcome {
         Ok(o) => {
             record.predicted = if o.answerable { o.answer.clone() } else { ABSTAINED.into() };
@@ -133,14 +133,14 @@ pub fn answer_question(
                 record.document_rank = documents.iter().position(|d| *d == doc.id).map_or(0, |i| i as u32 + 1);
             }
             record.rounds = rounds_in(&o.log);
-            trace = o.trace;
+            answered = Some(o);
         }
         Err(e) => {
             record.predicted = format!("error: {e}");
             record.failed = true;
         }
     }
-    (record, trace)
+    (record, answered)
 }
 
 /// User plus system CPU time of this process so far, in seconds (0 where it can't be read).
@@ -197,10 +197,12 @@ pub struct TraceRecord<'a> {
     pub qid: &'a str,
     pub corpus: bool,
     pub trace: &'a [TraceStep],
+    /// The lines the stages logged (DocMemo's beliefs per round, SLEUTH's clue records, ...).
+    pub log: &'a [String],
 }
 
 /// The trace log: each answer's stage-by-stage trace (what each stage read and returned, the
-/// verifier's verdict and score per page among them), one JSON record a line, appended beside
+/// verifier's verdict and score per page among them) and its stages' log, one JSON record a line, appended beside
 /// the results log so that a long run can be studied afterwards without asking again.
 pub struct TraceLog {
     path: PathBuf,
