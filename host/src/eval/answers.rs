@@ -202,8 +202,8 @@ pub struct TraceRecord<'a> {
 }
 
 /// The trace log: each answer's stage-by-stage trace (what each stage read and returned, the
-/// verifier's verdict and score per page among them) and its stages' log, one JSON record a line, appended beside
-/// the results log so that a long run can be studied afterwards without asking again.
+/// verifier's verdict and score per page among them) and its stages' log, one JSON record a
+/// line, appended beside the results log so that a long run can be studied without asking again.
 pub struct TraceLog {
     path: PathBuf,
     file: std::fs::File,
