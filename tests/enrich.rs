@@ -255,7 +255,8 @@ fn kill_during_enrich_leaves_no_half_set_and_index_resumes_where_it_stopped() {
 
 #[test]
 fn hostile_enrich_stages_fail_in_one_sentence_and_the_document_still_lands() {
-    let s = Setup::new("timeout_s = 3\nmemory_mib = 64");
+    // An enrich call answers to its own time limit, not to a question stage's.
+    let s = Setup::new("timeout_s = 600\nenrich_timeout_s = 3\nfuel = 100000000000\nmemory_mib = 64");
     let pdf = common::bench_pdf(FILING);
     // At ingest: the stage traps on the first page, and the document lands all the same.
     s.profile("hostile", "behaviour = \"trap\"", ARTIFACT_MEMORY);
@@ -266,7 +267,7 @@ fn hostile_enrich_stages_fail_in_one_sentence_and_the_document_still_lands() {
     let doc = s.only_document();
     // (behaviour, the step it fails on, what its sentence says)
     let cases: [(&str, &str, &[&str]); 7] = [
-        ("loop", "page 1", &["time limit of 3 s", "fuel"]),
+        ("loop", "page 1", &["time limit of 3 s (plugins.limits.enrich_timeout_s)"]),
         ("memory", "page 1", &["memory limit of 64 MiB"]),
         ("trap", "page 1", &["crashed"]),
         ("huge", "page 1", &["at most 10000"]),

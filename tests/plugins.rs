@@ -64,7 +64,8 @@ impl Fixture {
 
     /// A registry of the bundled components over this store and the profiles in `profiles`.
     fn bundled_registry(&self, profiles: &std::path::Path) -> evident::registry::PluginRegistry {
-        let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600 }).expect("runtime"));
+        let runtime =
+            Arc::new(StageRuntime::new(StageLimits { memory_mib: 128, fuel: 20_000_000_000, timeout_s: 600, enrich_timeout_s: 1800 }).expect("runtime"));
         evident::registry::PluginRegistry::new(runtime, self.services.store.clone(), common::repo_root().join(".evident/plugins"), profiles.to_path_buf())
     }
 
@@ -105,7 +106,7 @@ fn stage_error(result: Result<evident::pipeline::Outcome, PipelineError>) -> (St
 #[test]
 fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
     let fixture = Fixture::new();
-    let limits = StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 };
+    let limits = StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30, enrich_timeout_s: 1800 };
     let runtime = StageRuntime::new(limits).expect("runtime");
     let normal = verify_with(&runtime, "served-by-a");
     let answer_normally = |runtime: &StageRuntime| {
@@ -122,12 +123,12 @@ fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
     answer_normally(&runtime);
 
     // With fuel to spare, the wall-clock deadline stops it.
-    let patient = StageRuntime::new(StageLimits { memory_mib: 64, fuel: u64::MAX / 4, timeout_s: 2 }).expect("runtime");
+    let patient = StageRuntime::new(StageLimits { memory_mib: 64, fuel: u64::MAX / 4, timeout_s: 2, enrich_timeout_s: 1800 }).expect("runtime");
     let started = std::time::Instant::now();
     let (_, err) = stage_error(evident::pipeline::run(&patient, &verify_with(&patient, "loop"), fixture.host(), QUESTION));
-    assert!(matches!(err, PluginError::Timeout(2)), "{err}");
+    assert!(matches!(err, PluginError::Timeout { seconds: 2, .. }), "{err}");
     assert!(started.elapsed().as_secs() < 10, "stopped near its deadline");
-    assert!(err.to_string().contains("time limit of 2 s"), "{err}");
+    assert!(err.to_string().contains("time limit of 2 s (plugins.limits.timeout_s)"), "{err}");
 
     // A stage that ignores what the host says is still stopped when its request is cancelled:
     // the host ends the call at its next host function, long before fuel or time run out.
@@ -139,7 +140,7 @@ fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
             host.cancel();
         })
     };
-    let patient = StageRuntime::new(StageLimits { memory_mib: 64, fuel: u64::MAX / 4, timeout_s: 600 }).expect("runtime");
+    let patient = StageRuntime::new(StageLimits { memory_mib: 64, fuel: u64::MAX / 4, timeout_s: 600, enrich_timeout_s: 1800 }).expect("runtime");
     let (_, err) = stage_error(evident::pipeline::run(&patient, &verify_with(&patient, "host-loop"), host, QUESTION));
     canceller.join().expect("cancels");
     assert!(matches!(err, PluginError::Cancelled), "{err}");
@@ -175,7 +176,7 @@ fn hostile_components_get_clear_errors_and_the_host_keeps_serving() {
 #[test]
 fn an_answer_cites_only_what_it_rests_on() {
     let fixture = Fixture::new();
-    let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 }).expect("runtime");
+    let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30, enrich_timeout_s: 1800 }).expect("runtime");
     let with = |behaviour: &str| profile(&runtime, &[(StageKind::Memory, "test-hostile-memory", &[("behaviour", behaviour)])]);
     // A quote found on the page: the page is cited with the box of the block that holds it.
     let quoted = evident::pipeline::run(&runtime, &with("labels"), fixture.host(), QUESTION).expect("answers");
@@ -233,7 +234,7 @@ fn ask_puts_one_question_through_two_profiles_side_by_side() {
 
 #[test]
 fn a_component_of_the_wrong_world_is_refused_naming_what_it_lacks() {
-    let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 1_000_000, timeout_s: 5 }).expect("runtime");
+    let runtime = StageRuntime::new(StageLimits { memory_mib: 64, fuel: 1_000_000, timeout_s: 5, enrich_timeout_s: 1800 }).expect("runtime");
     let err = runtime.compile(&component_bytes("test-hostile-verify"), StageKind::Memory).expect_err("a verify component is no memory stage");
     let text = err.to_string();
     assert!(matches!(err, PluginError::WrongWorld { kind: StageKind::Memory, .. }), "{text}");
@@ -372,7 +373,7 @@ fn swapping_the_verify_stage_mid_stream_drops_nothing_and_mixes_nothing() {
          [stages.memory]\nplugin = \"test-hostile-memory\"\n",
     )
     .expect("profile");
-    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30 }).expect("runtime"));
+    let runtime = Arc::new(StageRuntime::new(StageLimits { memory_mib: 64, fuel: 2_000_000_000, timeout_s: 30, enrich_timeout_s: 1800 }).expect("runtime"));
     let registry = evident::registry::PluginRegistry::new(
         runtime,
         fixture.services.store.clone(),

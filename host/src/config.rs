@@ -144,8 +144,11 @@ pub struct StageLimits {
     pub memory_mib: u64,
     /// Fuel units per call.
     pub fuel: u64,
-    /// Wall-clock seconds per call.
+    /// Wall-clock seconds per question stage call.
     pub timeout_s: u64,
+    /// Wall-clock seconds per enrich call (one page, or the document step): enrichment runs at
+    /// ingest and `index`, outside any question, so it is not bounded by the request timeout.
+    pub enrich_timeout_s: u64,
 }
 
 /// `[compute]`
@@ -289,6 +292,7 @@ impl ApplianceConfig {
             ("ingest.document_timeout_s", i.document_timeout_s),
             ("ingest.max_pages", u64::from(i.max_pages)),
             ("plugins.limits.timeout_s", self.plugins.limits.timeout_s),
+            ("plugins.limits.enrich_timeout_s", self.plugins.limits.enrich_timeout_s),
             ("plugins.limits.memory_mib", self.plugins.limits.memory_mib),
             ("server.max_question_chars", self.server.max_question_chars as u64),
             ("pipeline.max_tokens_per_call", u64::from(self.pipeline.max_tokens_per_call)),

@@ -113,8 +113,8 @@ pub enum PluginError {
     WrongWorld { kind: StageKind, detail: String },
     #[error("the stage used up its fuel ({0} units) and was stopped")]
     OutOfFuel(u64),
-    #[error("the stage ran past its time limit of {0} s and was stopped")]
-    Timeout(u64),
+    #[error("the stage ran past its time limit of {seconds} s ({setting}) and was stopped")]
+    Timeout { seconds: u64, setting: &'static str },
     #[error("the stage tried to use more than its memory limit of {0} MiB and was stopped")]
     Memory(u64),
     #[error("the stage crashed: {0}")]
@@ -138,7 +138,7 @@ impl crate::error::Classified for PluginError {
         use crate::error::ErrorKind;
         match self {
             PluginError::Invalid(_) | PluginError::WrongWorld { .. } => ErrorKind::Invalid,
-            PluginError::Timeout(_) | PluginError::Cancelled => ErrorKind::Timeout,
+            PluginError::Timeout { .. } | PluginError::Cancelled => ErrorKind::Timeout,
             PluginError::OutOfFuel(_)
             | PluginError::Memory(_)
             | PluginError::Trap(_)

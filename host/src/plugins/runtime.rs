@@ -46,6 +46,13 @@ pub struct StageComponent {
 /// Epochs advance this often; the deadline is counted in them.
 const TICK: Duration = Duration::from_millis(10);
 
+/// A call's wall-clock limit and the setting that sets it, so that the error can name it.
+#[derive(Debug, Clone, Copy)]
+struct TimeLimit {
+    seconds: u64,
+    setting: &'static str,
+}
+
 /// Compiles components and runs stage calls.
 pub struct StageRuntime {
     engine: Engine,
@@ -137,7 +144,17 @@ impl StageRuntime {
         checked.map_err(wrong)
     }
 
-    fn store(&self, host: Arc<dyn StageHost>) -> Result<Store<StageState>, PluginError> {
+    /// The time limit of a question's stage call.
+    fn stage_limit(&self) -> TimeLimit {
+        TimeLimit { seconds: self.limits.timeout_s, setting: "plugins.limits.timeout_s" }
+    }
+
+    /// The time limit of an enrich call.
+    fn enrich_limit(&self) -> TimeLimit {
+        TimeLimit { seconds: self.limits.enrich_timeout_s, setting: "plugins.limits.enrich_timeout_s" }
+    }
+
+    fn store(&self, host: Arc<dyn StageHost>, limit: TimeLimit) -> Result<Store<StageState>, PluginError> {
         let limits = StoreLimitsBuilder::new()
             .memory_size((self.limits.memory_mib as usize) << 20)
             .trap_on_grow_failure(true)
@@ -149,14 +166,14 @@ impl StageRuntime {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_fuel(self.limits.fuel).map_err(|e| PluginError::Runtime(e.to_string()))?;
-        let ticks = (self.limits.timeout_s * 1000).div_ceil(TICK.as_millis() as u64).max(1);
+        let ticks = limit.seconds.saturating_mul(1000).div_ceil(TICK.as_millis() as u64).max(1);
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
         Ok(store)
     }
 
     /// Turns a wasmtime failure into a sentence: fuel, deadline, memory, or the trap itself.
-    fn failure(&self, error: wasmtime::Error) -> PluginError {
+    fn failure(&self, error: wasmtime::Error, limit: TimeLimit) -> PluginError {
         let root = error.root_cause().to_string();
         match error.downcast_ref::<HostStop>() {
             Some(HostStop::Cancelled) => return PluginError::Cancelled,
@@ -165,7 +182,7 @@ impl StageRuntime {
         }
         match error.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => PluginError::OutOfFuel(self.limits.fuel),
-            Some(Trap::Interrupt) => PluginError::Timeout(self.limits.timeout_s),
+            Some(Trap::Interrupt) => PluginError::Timeout { seconds: limit.seconds, setting: limit.setting },
             // StoreLimits refusing a memory.grow is not a Trap variant, only this message.
             _ if root.contains("growing memory") => PluginError::Memory(self.limits.memory_mib),
             Some(Trap::UnreachableCodeReached) => PluginError::Trap("it panicked or aborted (unreachable code reached)".into()),
@@ -176,17 +193,18 @@ impl StageRuntime {
 
     /// Runs a decompose stage.
     pub fn decompose(&self, stage: &StageComponent, host: Arc<dyn StageHost>, ctx: &types::StageContext) -> Result<types::Plan, PluginError> {
-        let mut store = self.store(host)?;
+        let limit = self.stage_limit();
+        let mut store = self.store(host, limit)?;
         let out = match stage.api {
             ApiVersion::V0_1 => {
-                let s = v0_1::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                let s = v0_1::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e, limit))?;
                 s.call_decompose(&mut store, &ctx.clone().lift()).map(|r| r.map(Lift::lift))
             }
             ApiVersion::V0_2 => v0_2::decompose::DecomposeStage::instantiate(&mut store, &stage.component, &self.linker)
-                .map_err(|e| self.failure(e))?
+                .map_err(|e| self.failure(e, limit))?
                 .call_decompose(&mut store, ctx),
         };
-        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        out.map_err(|e| self.failure(e, limit))?.map_err(PluginError::Stage)
     }
 
     /// Runs a verify stage.
@@ -198,17 +216,18 @@ impl StageRuntime {
         question: &str,
         candidates: &[types::Candidate],
     ) -> Result<Vec<types::Verdict>, PluginError> {
-        let mut store = self.store(host)?;
+        let limit = self.stage_limit();
+        let mut store = self.store(host, limit)?;
         let out = match stage.api {
             ApiVersion::V0_1 => {
-                let s = v0_1::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                let s = v0_1::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e, limit))?;
                 s.call_verify(&mut store, &ctx.clone().lift(), question, &candidates.to_vec().lift()).map(|r| r.map(Lift::lift))
             }
             ApiVersion::V0_2 => v0_2::verify::VerifyStage::instantiate(&mut store, &stage.component, &self.linker)
-                .map_err(|e| self.failure(e))?
+                .map_err(|e| self.failure(e, limit))?
                 .call_verify(&mut store, ctx, question, candidates),
         };
-        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        out.map_err(|e| self.failure(e, limit))?.map_err(PluginError::Stage)
     }
 
     /// Runs a rerank stage.
@@ -223,18 +242,19 @@ impl StageRuntime {
         candidates: &[types::Candidate],
         verdicts: &[types::Verdict],
     ) -> Result<Vec<types::Candidate>, PluginError> {
-        let mut store = self.store(host)?;
+        let limit = self.stage_limit();
+        let mut store = self.store(host, limit)?;
         let out = match stage.api {
             ApiVersion::V0_1 => {
-                let s = v0_1::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                let s = v0_1::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e, limit))?;
                 s.call_rerank(&mut store, &ctx.clone().lift(), question, is_root, &candidates.to_vec().lift(), &verdicts.to_vec().lift())
                     .map(|r| r.map(Lift::lift))
             }
             ApiVersion::V0_2 => v0_2::rerank::RerankStage::instantiate(&mut store, &stage.component, &self.linker)
-                .map_err(|e| self.failure(e))?
+                .map_err(|e| self.failure(e, limit))?
                 .call_rerank(&mut store, ctx, question, is_root, candidates, verdicts),
         };
-        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        out.map_err(|e| self.failure(e, limit))?.map_err(PluginError::Stage)
     }
 
     /// Runs a memory (answer) stage.
@@ -246,17 +266,18 @@ impl StageRuntime {
         plan: &types::Plan,
         evidence: &[types::QuestionEvidence],
     ) -> Result<types::Answer, PluginError> {
-        let mut store = self.store(host)?;
+        let limit = self.stage_limit();
+        let mut store = self.store(host, limit)?;
         let out = match stage.api {
             ApiVersion::V0_1 => {
-                let s = v0_1::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e))?;
+                let s = v0_1::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker).map_err(|e| self.failure(e, limit))?;
                 s.call_answer(&mut store, &ctx.clone().lift(), &plan.clone().lift(), &evidence.to_vec().lift()).map(|r| r.map(Lift::lift))
             }
             ApiVersion::V0_2 => v0_2::memory::MemoryStage::instantiate(&mut store, &stage.component, &self.linker)
-                .map_err(|e| self.failure(e))?
+                .map_err(|e| self.failure(e, limit))?
                 .call_answer(&mut store, ctx, plan, evidence),
         };
-        out.map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        out.map_err(|e| self.failure(e, limit))?.map_err(PluginError::Stage)
     }
 
     /// Runs an enrich stage over one page.
@@ -267,9 +288,10 @@ impl StageRuntime {
         ctx: &types::EnrichContext,
         page: &types::PageContent,
     ) -> Result<Vec<types::Artifact>, PluginError> {
-        let mut store = self.store(host)?;
-        let s = self.enrich_instance(&mut store, stage)?;
-        s.call_enrich_page(&mut store, ctx, page).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        let limit = self.enrich_limit();
+        let mut store = self.store(host, limit)?;
+        let s = self.enrich_instance(&mut store, stage, limit)?;
+        s.call_enrich_page(&mut store, ctx, page).map_err(|e| self.failure(e, limit))?.map_err(PluginError::Stage)
     }
 
     /// Runs an enrich stage over the whole document, given what its pages made.
@@ -280,15 +302,16 @@ impl StageRuntime {
         ctx: &types::EnrichContext,
         made: &[types::Artifact],
     ) -> Result<Vec<types::Artifact>, PluginError> {
-        let mut store = self.store(host)?;
-        let s = self.enrich_instance(&mut store, stage)?;
-        s.call_enrich_document(&mut store, ctx, made).map_err(|e| self.failure(e))?.map_err(PluginError::Stage)
+        let limit = self.enrich_limit();
+        let mut store = self.store(host, limit)?;
+        let s = self.enrich_instance(&mut store, stage, limit)?;
+        s.call_enrich_document(&mut store, ctx, made).map_err(|e| self.failure(e, limit))?.map_err(PluginError::Stage)
     }
 
-    fn enrich_instance(&self, store: &mut Store<StageState>, stage: &StageComponent) -> Result<v0_2::enrich::EnrichStage, PluginError> {
+    fn enrich_instance(&self, store: &mut Store<StageState>, stage: &StageComponent, limit: TimeLimit) -> Result<v0_2::enrich::EnrichStage, PluginError> {
         if stage.kind != StageKind::Enrich {
             return Err(PluginError::WrongWorld { kind: StageKind::Enrich, detail: format!("it was checked as a {} stage", stage.kind) });
         }
-        v0_2::enrich::EnrichStage::instantiate(store, &stage.component, &self.linker).map_err(|e| self.failure(e))
+        v0_2::enrich::EnrichStage::instantiate(store, &stage.component, &self.linker).map_err(|e| self.failure(e, limit))
     }
 }

@@ -147,7 +147,11 @@ mod tests {
         assert_eq!(ApiError::from(store_write).status(), StatusCode::INTERNAL_SERVER_ERROR);
         let junk = RegistryError::Rejected { name: "junk".into(), source: PluginError::Invalid("not wasm".into()) };
         assert_eq!(ApiError::from(junk).status(), StatusCode::UNPROCESSABLE_ENTITY);
-        let stage = crate::pipeline::PipelineError::Stage { stage: StageKind::Verify, plugin: "v".into(), source: PluginError::Timeout(5) };
+        let stage = crate::pipeline::PipelineError::Stage {
+            stage: StageKind::Verify,
+            plugin: "v".into(),
+            source: PluginError::Timeout { seconds: 5, setting: "plugins.limits.timeout_s" },
+        };
         assert_eq!(ApiError::from(stage).status(), StatusCode::GATEWAY_TIMEOUT);
         let trap = crate::pipeline::PipelineError::Stage { stage: StageKind::Memory, plugin: "m".into(), source: PluginError::Trap("unreachable".into()) };
         assert_eq!(ApiError::from(trap).status(), StatusCode::INTERNAL_SERVER_ERROR);
