@@ -11,7 +11,8 @@ wit_bindgen::generate!({
 
 use stage_kit::types::{Candidate, Citation, GenerateRequest, PageRef};
 use stage_kit::{
-    HostApi, NOT_ANSWERABLE, Wasm, answer_paragraph, cited_numbers, numbered_pages, page_excerpt, param, says_not_answerable, strip_markers, supporting_pages,
+    HostApi, NOT_ANSWERABLE, Wasm, answer_paragraph, choice, cited_numbers, focused_excerpt, numbered_pages, page_excerpt, param, says_not_answerable,
+    strip_markers, supporting_pages,
 };
 
 /// The answering instruction.
@@ -26,6 +27,8 @@ struct Settings {
     page_tokens: u32,
     max_tokens: u32,
     memory_tokens: u32,
+    /// Each page read from the lines that share its question's words (true) or from its top.
+    focused: bool,
 }
 
 /// One entry of memory: a child question's answer (the paper's memory), or a note that a window
@@ -58,8 +61,16 @@ fn ask(host: &impl HostApi, s: &Settings, question: &str, pages: &[(PageRef, Str
     Ok(answer_paragraph(&out.text))
 }
 
-fn read(host: &impl HostApi, s: &Settings, list: &[Candidate]) -> Result<Vec<(PageRef, String)>, String> {
-    list.iter().map(|c| Ok((c.page.clone(), page_excerpt(&host.page(&c.page)?, s.page_tokens)))).collect()
+/// `list`'s pages as `question` reads them: from the lines that share its words when
+/// `excerpt = "focused"`, else from the top.
+fn read(host: &impl HostApi, s: &Settings, question: &str, list: &[Candidate]) -> Result<Vec<(PageRef, String)>, String> {
+    list.iter()
+        .map(|c| {
+            let content = host.page(&c.page)?;
+            let text = if s.focused { focused_excerpt(&content.text, question, s.page_tokens) } else { page_excerpt(&content, s.page_tokens) };
+            Ok((c.page.clone(), text))
+        })
+        .collect()
 }
 
 /// The answer to the root question.
@@ -70,6 +81,7 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
         page_tokens: param(ctx, "page_tokens", 220)?,
         max_tokens: param(ctx, "max_tokens", 96)?,
         memory_tokens: param(ctx, "memory_tokens", 600)?,
+        focused: choice("excerpt", &param(ctx, "excerpt", "first".to_string())?, &[("first", false), ("focused", true)])?,
     };
     let mut memory: Vec<Note> = Vec::new();
     for child in evidence.iter().filter(|e| !e.is_root) {
@@ -78,7 +90,7 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
             continue;
         }
         let take = if s.child_pages == 0 { child.evidence.len() } else { child.evidence.len().min(s.child_pages) };
-        let pages = read(host, &s, &child.evidence[..take])?;
+        let pages = read(host, &s, &child.question, &child.evidence[..take])?;
         let reply = ask(host, &s, &child.question, &pages, &memory)?;
         let reply = if says_not_answerable(&reply) { NOT_ANSWERABLE.to_string() } else { strip_markers(&reply) };
         memory.push(Note { child: true, text: format!("Q: {} A: {reply}", child.question) });
@@ -87,7 +99,7 @@ pub fn answer(host: &impl HostApi, ctx: &StageContext, evidence: &[QuestionEvide
     let mut rounds = 0;
     for window in root.evidence.chunks(s.window) {
         rounds += 1;
-        let pages = read(host, &s, window)?;
+        let pages = read(host, &s, &ctx.question, window)?;
         let reply = ask(host, &s, &ctx.question, &pages, &memory)?;
         if says_not_answerable(&reply) {
             let seen: Vec<String> = pages.iter().map(|(p, _)| p.page.to_string()).collect();
@@ -149,7 +161,9 @@ mod tests {
             Err("unused".into())
         }
         fn page(&self, page: &PageRef) -> Result<PageContent, String> {
-            Ok(PageContent { page: page.clone(), width: 1.0, height: 1.0, text: format!("text of {}", page.page), blocks: vec![] })
+            // The page's figure sits below a long page's first lines.
+            let text = format!("text of {}\n{}revenue of {}", page.page, "filler words\n".repeat(300), page.page);
+            Ok(PageContent { page: page.clone(), width: 1.0, height: 1.0, text, blocks: vec![] })
         }
         fn count_tokens(&self, text: &str) -> u32 {
             text.len() as u32
@@ -202,6 +216,24 @@ mod tests {
             let child_prompt = host.prompts.borrow()[0].clone();
             assert!(child_prompt.contains("text of 7"), "{setting:?}");
             assert_eq!(child_prompt.contains("text of 10"), reads_tenth, "{setting:?}");
+        }
+    }
+
+    #[test]
+    fn with_a_focused_excerpt_each_question_reads_the_lines_that_share_its_words() {
+        let evidence = vec![
+            QuestionEvidence { question: "What was the revenue?".into(), is_root: true, evidence: list(&[40]), verdicts: vec![] },
+            QuestionEvidence { question: "Who was the auditor?".into(), is_root: false, evidence: list(&[3]), verdicts: vec![] },
+        ];
+        for (excerpt, root_reads_figure) in [("first", false), ("focused", true)] {
+            let host = FakeHost { prompts: RefCell::new(vec![]) };
+            let mut c = ctx();
+            c.question = "What was the revenue?".into();
+            c.params.push(stage_kit::types::Param { key: "excerpt".into(), value: excerpt.into() });
+            answer(&host, &c, &evidence).expect("answers");
+            let prompts = host.prompts.borrow();
+            assert!(!prompts[0].contains("revenue of 3"), "{excerpt}: the child's question shares no word with the line");
+            assert_eq!(prompts[1].contains("revenue of 40"), root_reads_figure, "{excerpt}");
         }
     }
 

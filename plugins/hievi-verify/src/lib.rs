@@ -19,7 +19,7 @@ wit_bindgen::generate!({
 });
 
 use stage_kit::types::{GenerateRequest, PageRef};
-use stage_kit::{HostApi, Wasm, choice, numbered_pages, page_excerpt, param};
+use stage_kit::{HostApi, Wasm, choice, focused_excerpt, numbered_pages, page_excerpt, param};
 
 /// The verifier's instruction.
 pub const SYSTEM: &str = "You check whether pages of a document contain evidence for answering a question.";
@@ -30,6 +30,8 @@ struct Settings {
     page_tokens: u32,
     context_tokens: u32,
     margin: f32,
+    /// Each page read from the lines that share the question's words (true) or from its top.
+    focused: bool,
 }
 
 /// One page's verdict within a window: relevant or not, and the log-odds behind it.
@@ -90,13 +92,16 @@ pub fn verify(host: &impl HostApi, ctx: &StageContext, question: &str, candidate
         page_tokens: param(ctx, "page_tokens", 220)?,
         context_tokens: param(ctx, "context_tokens", 40)?,
         margin: param(ctx, "margin", 0.0)?,
+        focused: choice("excerpt", &param(ctx, "excerpt", "first".to_string())?, &[("first", false), ("focused", true)])?,
     };
     choice("judge", &s.judge, &[("score", ()), ("generate", ())])?;
     let mut ordered: Vec<Candidate> = candidates.to_vec();
     ordered.sort_by_key(|c| c.rank);
     let mut pages: Vec<(PageRef, String)> = Vec::with_capacity(ordered.len());
     for c in &ordered {
-        pages.push((c.page.clone(), page_excerpt(&host.page(&c.page)?, s.page_tokens)));
+        let content = host.page(&c.page)?;
+        let text = if s.focused { focused_excerpt(&content.text, question, s.page_tokens) } else { page_excerpt(&content, s.page_tokens) };
+        pages.push((c.page.clone(), text));
     }
     let mut relevant = vec![false; pages.len()];
     let mut odds: Vec<Option<f32>> = vec![None; pages.len()];
@@ -169,6 +174,8 @@ mod tests {
     struct FakeHost {
         evidence: Vec<u32>,
         calls: RefCell<usize>,
+        /// Lines of filler before each page's own line.
+        filler: usize,
     }
 
     impl HostApi for FakeHost {
@@ -187,8 +194,9 @@ mod tests {
             Err("unused".into())
         }
         fn page(&self, page: &PageRef) -> Result<PageContent, String> {
-            let text = if self.evidence.contains(&page.page) { "evidence here" } else { "nothing" };
-            Ok(PageContent { page: page.clone(), width: 1.0, height: 1.0, text: text.into(), blocks: vec![] })
+            let line = if self.evidence.contains(&page.page) { "revenue: evidence here" } else { "nothing" };
+            let text = format!("{}{line}", "filler words\n".repeat(self.filler));
+            Ok(PageContent { page: page.clone(), width: 1.0, height: 1.0, text, blocks: vec![] })
         }
         fn count_tokens(&self, text: &str) -> u32 {
             text.len() as u32
@@ -207,7 +215,7 @@ mod tests {
     #[test]
     fn both_judges_mark_the_evidence_pages_in_input_order() {
         for judge in ["score", "generate"] {
-            let host = FakeHost { evidence: vec![30, 90, 200], calls: RefCell::new(0) };
+            let host = FakeHost { evidence: vec![30, 90, 200], calls: RefCell::new(0), filler: 0 };
             let verdicts = verify(&host, &ctx(judge), "q", &candidates(20)).expect("verdicts");
             assert_eq!(verdicts.len(), 20);
             let found: Vec<u32> = verdicts.iter().filter(|v| v.relevant).map(|v| v.page.page).collect();
@@ -224,7 +232,7 @@ mod tests {
     fn the_generating_judge_consolidates_all_pages_found_in_one_block() {
         // Ten evidence pages over three windows: one consolidation call reads all ten.
         let evidence: Vec<u32> = (1..=20).filter(|p| p % 2 == 0).map(|p| p * 10).collect();
-        let host = FakeHost { evidence: evidence.clone(), calls: RefCell::new(0) };
+        let host = FakeHost { evidence: evidence.clone(), calls: RefCell::new(0), filler: 0 };
         let verdicts = verify(&host, &ctx("generate"), "q", &candidates(20)).expect("verdicts");
         let found: Vec<u32> = verdicts.iter().filter(|v| v.relevant).map(|v| v.page.page).collect();
         assert_eq!(found, evidence);
@@ -232,10 +240,28 @@ mod tests {
     }
 
     #[test]
+    fn a_focused_excerpt_finds_evidence_below_the_cut() {
+        // Each page's own line comes after 200 lines of filler, past a 40-token excerpt's end.
+        let judged = |excerpt: &str| {
+            let host = FakeHost { evidence: vec![20], calls: RefCell::new(0), filler: 200 };
+            let mut c = ctx("score");
+            c.params.push(stage_kit::types::Param { key: "page_tokens".into(), value: "40".into() });
+            c.params.push(stage_kit::types::Param { key: "excerpt".into(), value: excerpt.into() });
+            let verdicts = verify(&host, &c, "What was the revenue?", &candidates(3)).expect("verdicts");
+            verdicts.iter().filter(|v| v.relevant).map(|v| v.page.page).collect::<Vec<u32>>()
+        };
+        assert_eq!(judged("first"), Vec::<u32>::new(), "from the top, the evidence line is cut off");
+        assert_eq!(judged("focused"), [20], "the line sharing the question's word is read");
+        let mut c = ctx("score");
+        c.params.push(stage_kit::types::Param { key: "excerpt".into(), value: "middle".into() });
+        assert!(verify(&FakeHost { evidence: vec![], calls: RefCell::new(0), filler: 0 }, &c, "q", &candidates(2)).is_err());
+    }
+
+    #[test]
     fn flags_are_read_from_the_tag_only_and_pad_with_false() {
         assert_eq!(parse_flags("<think>x</think><evidence_page>T, F,T</evidence_page>", 4), [true, false, true, false]);
         assert_eq!(parse_flags("True false", 2), [false, false], "prose is not a verdict");
         assert_eq!(parse_flags("Yes, page 2 holds it. <evidence_page>F T</evidence_page>", 2), [false, true]);
-        assert!(verify(&FakeHost { evidence: vec![], calls: RefCell::new(0) }, &ctx("vote"), "q", &candidates(2)).is_err());
+        assert!(verify(&FakeHost { evidence: vec![], calls: RefCell::new(0), filler: 0 }, &ctx("vote"), "q", &candidates(2)).is_err());
     }
 }
