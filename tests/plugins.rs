@@ -57,6 +57,7 @@ impl Fixture {
             generator_images: false,
             prompt_cache_bytes: 256 << 20,
             limits: evident::config::PipelineLimits { max_tokens_per_call: 4096, max_pages_per_search: 1000, log_lines: 1000 },
+            document_weight: 0.5,
             pdf: None,
         };
         Fixture { _app: app, services: Arc::new(services) }

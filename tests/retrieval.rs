@@ -39,6 +39,22 @@ fn search_ranks_pages_in_every_mode_with_snippets() {
         let hits = search(&app, "outcome of the shareholder vote on the congruency report proposal at the annual meeting", mode, &[]);
         assert!(hits[0]["title"].as_str().is_some_and(|t| !t.starts_with("Improving")), "{mode}: {hits:?}");
     }
+    // Over both documents a page's score mixes in its document's: at weight 1 it is the
+    // document's alone, so the paper's nine pages share the best score and come first; at 0
+    // each keeps its own.
+    let question = "Amazon-beauty and Amazon-music personality datasets statistics";
+    let weighted = |w: &str| -> Vec<serde_json::Value> {
+        serde_json::from_str(&app.ok(&["search", question, "--document-weight", w, "--k", "10", "--json"])).expect("search JSON")
+    };
+    let whole = weighted("1");
+    let titles: Vec<bool> = whole.iter().map(|h| h["title"].as_str().is_some_and(|t| t.starts_with("Improving"))).collect();
+    assert_eq!(titles, [vec![true; 9], vec![false]].concat(), "{whole:?}");
+    let scores = |hits: &[serde_json::Value]| hits.iter().map(|h| h["score"].as_f64().expect("score")).collect::<Vec<_>>();
+    assert!(scores(&whole)[..9].iter().all(|s| (s - 1.0).abs() < 1e-6) && scores(&whole)[9] < 1.0, "{:?}", scores(&whole));
+    let alone = scores(&weighted("0"));
+    assert!(alone.windows(2).all(|w| w[0] > w[1]), "pages alone keep distinct scores: {alone:?}");
+    let out = app.run(&["search", "personality", "--document-weight", "2"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("2 is not a weight between 0 and 1"), "{out:?}");
 }
 
 #[test]

@@ -60,6 +60,7 @@ pub struct ApplianceConfig {
     pub models_dir: PathBuf,
     pub pdfium_library: PathBuf,
     pub compute: ComputeConfig,
+    pub retrieval: RetrievalConfig,
     pub server: ServerConfig,
     pub ingest: IngestConfig,
     pub generator: GeneratorConfig,
@@ -173,6 +174,15 @@ pub struct ComputeConfig {
     pub candidates_per_question: usize,
     /// Centroids of the candidate stage's codebook.
     pub centroids: usize,
+}
+
+/// `[retrieval]`: how pages are ranked.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrievalConfig {
+    /// In a search over several documents, weight of a page's document (a soft maximum of its
+    /// best pages' scores) against the page's own score; 0 ranks pages alone.
+    pub document_weight: f32,
 }
 
 /// `[server]`
@@ -316,6 +326,9 @@ impl ApplianceConfig {
         if i.worker_memory_mib < 256 {
             return Err(format!("ingest.worker_memory_mib is {}; PDFium needs at least 256", i.worker_memory_mib));
         }
+        if !(0.0..=1.0).contains(&self.retrieval.document_weight) {
+            return Err(format!("retrieval.document_weight is {}; it must lie between 0 (pages alone) and 1", self.retrieval.document_weight));
+        }
         if !(1..=65536).contains(&self.compute.centroids) {
             return Err(format!("compute.centroids is {}; it must be between 1 and 65536", self.compute.centroids));
         }
@@ -388,6 +401,8 @@ mod tests {
             ("[ingest]\npage_image_max_px = 100000\n", "ingest.page_image_max_px is 100000"),
             ("[ingest]\ntoken_pool_factor = 0\n", "ingest.token_pool_factor is 0"),
             ("[compute]\ncentroids = 70000\n", "compute.centroids is 70000"),
+            ("[retrieval]\ndocument_weight = 1.5\n", "retrieval.document_weight is 1.5"),
+            ("[retrieval]\ndocument_weight = -0.1\n", "retrieval.document_weight is -0.1"),
             ("[ingest]\ntoken_pool_factor = 9\n", "ingest.token_pool_factor is 9"),
         ] {
             std::fs::write(&path, text).expect("write");

@@ -91,8 +91,16 @@ pub fn run(ctx: &Context, args: BenchSearchArgs) -> Result<ExitCode> {
         per_question: args.candidates.max(1),
         centroids: args.centroids as usize,
     });
-    let ranker =
-        Ranker { store: &store, lexical: &lexical, encoder: Some(&encoder), maxsim: &maxsim, vectors: Some(&cache), candidates: Some(&candidates), alpha: 0.5 };
+    let ranker = Ranker {
+        store: &store,
+        lexical: &lexical,
+        encoder: Some(&encoder),
+        maxsim: &maxsim,
+        vectors: Some(&cache),
+        candidates: Some(&candidates),
+        alpha: 0.5,
+        document_weight: ctx.config.retrieval.document_weight,
+    };
     let started = Instant::now();
     ranker.rank(&[QUESTIONS[0]], &docs, SearchMode::Maxsim, args.k)?;
     let cold = started.elapsed().as_secs_f64() * 1e3;

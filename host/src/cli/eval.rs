@@ -30,6 +30,10 @@ pub struct EvalArgs {
     /// Weight of BM25 in hybrid mode.
     #[arg(long, default_value_t = 0.5)]
     alpha: f32,
+    /// With --corpus, ranking pages only: weight of a page's document in its score (default:
+    /// retrieval.document_weight; 0 ranks pages alone). Profiles take the configuration's.
+    #[arg(long, value_name = "W", conflicts_with = "profiles", value_parser = super::search::unit_weight)]
+    document_weight: Option<f32>,
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -95,6 +99,7 @@ pub fn run(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         vectors: args.corpus.then_some(&cache),
         candidates: Some(&candidates),
         alpha: args.alpha,
+        document_weight: args.document_weight.unwrap_or(ctx.config.retrieval.document_weight),
     };
     let reports = score_rankings(&ranker, &questions, &docs, &args.modes, &args.k, args.corpus)?;
     let mut json = Vec::new();

@@ -147,6 +147,7 @@ impl Context {
             generator_images: g.backend == GeneratorBackend::Openai && g.openai.images,
             prompt_cache_bytes: (g.prompt_cache_mib as usize) << 20,
             limits: self.config.pipeline,
+            document_weight: self.config.retrieval.document_weight,
             // Without PDFium, crops come from the stored page images.
             pdf: self.pdf_worker().ok(),
         }))

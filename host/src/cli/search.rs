@@ -38,9 +38,21 @@ pub struct SearchArgs {
     /// Weight of BM25 in hybrid mode.
     #[arg(long, default_value_t = 0.5)]
     alpha: f32,
+    /// Over several documents, weight of a page's document in its score (default:
+    /// retrieval.document_weight; 0 ranks pages alone).
+    #[arg(long, value_name = "W", value_parser = unit_weight)]
+    document_weight: Option<f32>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// Parses a weight that must lie in [0, 1].
+pub(super) fn unit_weight(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(w) if (0.0..=1.0).contains(&w) => Ok(w),
+        _ => Err(format!("{s} is not a weight between 0 and 1")),
+    }
 }
 
 /// Brings the retrieval indexes of the store up to date, then the profiles' enrich stages
@@ -141,7 +153,16 @@ pub fn search(ctx: &Context, args: SearchArgs) -> Result<ExitCode> {
     let encoder = if args.mode == SearchMode::Bm25 { None } else { Some(ctx.encoder()?) };
     let maxsim = ctx.maxsim()?;
     // One search: training a codebook and coding every page would cost more than it saves.
-    let ranker = Ranker { store: &store, lexical: &lexical, encoder: encoder.as_ref(), maxsim: &maxsim, vectors: None, candidates: None, alpha: args.alpha };
+    let ranker = Ranker {
+        store: &store,
+        lexical: &lexical,
+        encoder: encoder.as_ref(),
+        maxsim: &maxsim,
+        vectors: None,
+        candidates: None,
+        alpha: args.alpha,
+        document_weight: args.document_weight.unwrap_or(ctx.config.retrieval.document_weight),
+    };
     let started = Instant::now();
     let hits = ranker.rank(&[args.question.as_str()], &docs, args.mode, args.k)?.remove(0);
     let elapsed = started.elapsed();

@@ -41,6 +41,9 @@ pub struct Services {
     pub prompt_cache_bytes: usize,
     /// What one request's stages may ask of the host (`[pipeline]`).
     pub limits: PipelineLimits,
+    /// Weight of a page's document in searches over several documents
+    /// (`retrieval.document_weight`).
+    pub document_weight: f32,
     /// PDF workers that render crops from a document's own file, when it is still where it
     /// was ingested from; without one (or without the file) crops are cut from the page
     /// image rendered at ingest.
@@ -187,6 +190,7 @@ impl RequestHost {
             vectors: Some(&s.vectors),
             candidates: Some(&s.candidates),
             alpha,
+            document_weight: s.document_weight,
         };
         let hits = ranker.rank(questions, docs, mode, k as usize).map_err(|e| HostFailure::Failed(e.to_string()))?;
         Ok(hits

@@ -3,6 +3,7 @@
 mod artifact_cache;
 mod artifacts;
 mod candidates;
+mod documents;
 mod lexical;
 mod snippet;
 mod vector_cache;
@@ -10,6 +11,7 @@ mod vector_cache;
 pub use artifact_cache::ArtifactCache;
 pub use artifacts::{ArtifactQuery, artifact_record, bm25, stored_artifact};
 pub use candidates::{CandidateSettings, CandidateStage};
+pub use documents::rank_with_documents;
 pub use lexical::{LexicalError, LexicalIndex};
 pub use snippet::{best_block, best_snippet, matching_word_boxes, trim_snippet};
 pub use vector_cache::{DocumentVectors, PageVectorCache};
@@ -241,6 +243,9 @@ pub struct Ranker<'a> {
     pub candidates: Option<&'a CandidateStage>,
     /// Weight of BM25 in hybrid mode (HiKEY's alpha).
     pub alpha: f32,
+    /// Over several documents, weight of a page's document in its score
+    /// ([`rank_with_documents`]; 0 ranks pages alone).
+    pub document_weight: f32,
 }
 
 impl Ranker<'_> {
@@ -300,6 +305,7 @@ impl Ranker<'_> {
         }
         let ids: Vec<String> = docs.iter().map(|d| d.id.clone()).collect();
         let position: std::collections::HashMap<(&str, u32), usize> = pages.iter().enumerate().map(|(i, (d, n))| ((ids[*d].as_str(), *n), i)).collect();
+        let document_of: Vec<usize> = pages.iter().map(|(d, _)| *d).collect();
         let mut out = Vec::with_capacity(questions.len());
         for (q, question) in questions.iter().enumerate() {
             let mut scores = match mode {
@@ -325,7 +331,14 @@ impl Ranker<'_> {
                 // Pages BM25 never matched stay at 0 and are ranked after every match.
                 scores.iter_mut().for_each(|s| *s = s.max(0.0));
             }
-            let hits = top_k(&scores, k).into_iter().map(|i| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score: scores[i] }).collect();
+            let hits = if docs.len() > 1 {
+                rank_with_documents(&scores, &document_of, k, self.document_weight)
+                    .into_iter()
+                    .map(|(i, score)| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score })
+                    .collect()
+            } else {
+                top_k(&scores, k).into_iter().map(|i| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score: scores[i] }).collect()
+            };
             out.push(hits);
         }
         Ok(out)
