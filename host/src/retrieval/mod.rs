@@ -18,7 +18,7 @@ pub use vector_cache::{DocumentVectors, PageVectorCache};
 
 use std::path::Path;
 
-use evident_kernels::{MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, pool_tokens, top_k};
+use evident_kernels::{MaxSimCpu, MaxSimKernel, PageVectors, QueryBatch, pool_tokens};
 use thiserror::Error;
 
 use crate::models::{ModelError, TextEncoder};
@@ -331,14 +331,11 @@ impl Ranker<'_> {
                 // Pages BM25 never matched stay at 0 and are ranked after every match.
                 scores.iter_mut().for_each(|s| *s = s.max(0.0));
             }
-            let hits = if docs.len() > 1 {
-                rank_with_documents(&scores, &document_of, k, self.document_weight)
-                    .into_iter()
-                    .map(|(i, score)| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score })
-                    .collect()
-            } else {
-                top_k(&scores, k).into_iter().map(|i| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score: scores[i] }).collect()
-            };
+            // One document in scope keeps its pages' own scores and order.
+            let hits = rank_with_documents(&scores, &document_of, k, self.document_weight)
+                .into_iter()
+                .map(|(i, score)| Hit { doc: ids[pages[i].0].clone(), page: pages[i].1, score })
+                .collect();
             out.push(hits);
         }
         Ok(out)
