@@ -8,8 +8,10 @@
 //! prompt-pass inputs to bfloat16 and decoding steps' to 8 bits per run of 32, so the two compute
 //! the same network with different rounding. The checks say how far apart that may leave them:
 //! each step's logits within the model's tolerance of llama.cpp's (its 20 most likely tokens),
-//! and the same greedy tokens wherever llama.cpp's best token leads its second by more than twice
-//! that (a closer race is decided by rounding, in either engine); for the Qwen2.5 models the
+//! the median step's largest difference within a tighter bound (rounding scatters a few steps
+//! far, a fault in the network moves them all), and the same greedy tokens wherever llama.cpp's
+//! best token leads its second by more than twice the tolerance (a closer race is decided by
+//! rounding, in either engine); for the Qwen2.5 models the
 //! free-running continuations must be identical token for token on at least 9 of the 10 prompts.
 //! SmolLM2's continuations pass through near ties (the best two tokens 0.012 apart) where
 //! llama.cpp's own rounding, up to 0.86 from exact, decides; for it only the teacher-forced
@@ -29,9 +31,20 @@ use serde_json::Value;
 /// Measured on this fixture's prompts against an exact f32 pass over the same weights: Qwen2.5's
 /// llama.cpp logits are up to 0.35 away and Evident's up to 0.2; SmolLM2's, whose activations
 /// have larger outliers, up to 0.86 (llama.cpp, against transformers' f32 in
-/// generator_reference.json) and 0.58 (Evident).
+/// generator_reference.json) and 0.58 (Evident). Each decoding step reads keys and values that
+/// both engines rounded differently at every earlier step, so the steps scatter further: on an
+/// Intel Xeon with AVX-512 VNNI, SmolLM2's largest difference per step (its 216 steps, top 20
+/// tokens each) had a median of 0.39, a 90th percentile of 0.70 and a maximum of 1.31, then
+/// 1.56 once the decoding-step attention summed its spans of tokens apart (the same median and
+/// percentile: another draw of the rounding); Qwen2.5's, medians 0.16 and 0.19, maxima 0.43
+/// and 0.48.
 fn logit_tolerance(model: &str) -> f32 {
-    if model.starts_with("smollm2") { 1.5 } else { 0.75 }
+    if model.starts_with("smollm2") { 2.0 } else { 0.75 }
+}
+
+/// Bound on the median over all steps of a step's largest difference (see [`logit_tolerance`]).
+fn median_step_tolerance(model: &str) -> f32 {
+    if model.starts_with("smollm2") { 0.6 } else { 0.3 }
 }
 
 /// Whether a model's free-running continuations must equal llama.cpp's (see the module's doc).
@@ -84,6 +97,7 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
     let tolerance = logit_tolerance(name);
     let mut identical = 0;
     let mut worst = 0.0f32;
+    let mut step_worst = Vec::new();
     let all = fixture["greedy"].as_array().expect("cases");
     for (n, case) in all.iter().take(cases).enumerate() {
         let prompt = ids(&case["prompt_ids"]);
@@ -96,9 +110,10 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
         let mut logits = generator.logits(&prompt, &mut cache, LogitsFor::Last).expect("prompt pass");
         for (i, step) in steps.iter().enumerate() {
             let (top, values) = (ids(&step["top_ids"]), floats(&step["top_values"]));
+            let mut this_step = 0.0f32;
             for (&id, &want) in top.iter().zip(&values) {
                 let diff = (logits[id as usize] - want).abs();
-                worst = worst.max(diff);
+                this_step = this_step.max(diff);
                 assert!(
                     diff < tolerance,
                     "{name} {backend}: step {i} of {:?}: logit of token {id} is {}, llama.cpp has {want}",
@@ -106,6 +121,8 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
                     logits[id as usize]
                 );
             }
+            worst = worst.max(this_step);
+            step_worst.push(this_step);
             let best = sampling_argmax(&logits);
             greedy_agrees &= best == continuation[i];
             if values[0] - values[1] > 2.0 * tolerance {
@@ -132,7 +149,10 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
         }
     }
     let n = cases.min(all.len());
-    println!("{name} {backend}: {identical}/{n} greedy continuations identical to llama.cpp's; largest logit difference {worst:.3}");
+    step_worst.sort_by(f32::total_cmp);
+    let median = step_worst[step_worst.len() / 2];
+    println!("{name} {backend}: {identical}/{n} greedy continuations identical to llama.cpp's; largest logit difference {worst:.3}, median step's {median:.3}");
+    assert!(median < median_step_tolerance(name), "{name} {backend}: the median step's largest logit difference is {median}");
     if free_running_must_match(name) {
         assert!(identical + n / 10 >= n, "{name} {backend}: only {identical} of {n} greedy continuations equal llama.cpp's");
     }
