@@ -96,7 +96,6 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
     let fixture = &reference()[name];
     let tolerance = logit_tolerance(name);
     let mut identical = 0;
-    let mut worst = 0.0f32;
     let mut step_worst = Vec::new();
     let all = fixture["greedy"].as_array().expect("cases");
     for (n, case) in all.iter().take(cases).enumerate() {
@@ -121,7 +120,6 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
                     logits[id as usize]
                 );
             }
-            worst = worst.max(this_step);
             step_worst.push(this_step);
             let best = sampling_argmax(&logits);
             greedy_agrees &= best == continuation[i];
@@ -150,7 +148,7 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
     }
     let n = cases.min(all.len());
     step_worst.sort_by(f32::total_cmp);
-    let median = step_worst[step_worst.len() / 2];
+    let (median, worst) = (step_worst[step_worst.len() / 2], step_worst[step_worst.len() - 1]);
     println!("{name} {backend}: {identical}/{n} greedy continuations identical to llama.cpp's; largest logit difference {worst:.3}, median step's {median:.3}");
     assert!(median < median_step_tolerance(name), "{name} {backend}: the median step's largest logit difference is {median}");
     if free_running_must_match(name) {
