@@ -10,8 +10,7 @@
 //! each step's logits within the model's tolerance of llama.cpp's (its 20 most likely tokens),
 //! the median step's largest difference within a tighter bound (rounding scatters a few steps
 //! far, a fault in the network moves them all), and the same greedy tokens wherever llama.cpp's
-//! best token leads its second by more than twice the tolerance (a closer race is decided by
-//! rounding, in either engine); for the Qwen2.5 models the
+//! best token clearly leads its second (a closer race is decided by rounding, in either engine); for the Qwen2.5 models the
 //! free-running continuations must be identical token for token on at least 9 of the 10 prompts.
 //! SmolLM2's continuations pass through near ties (the best two tokens 0.012 apart) where
 //! llama.cpp's own rounding, up to 0.86 from exact, decides; for it only the teacher-forced
@@ -40,6 +39,13 @@ use serde_json::Value;
 /// and 0.48.
 fn logit_tolerance(model: &str) -> f32 {
     if model.starts_with("smollm2") { 2.0 } else { 0.75 }
+}
+
+/// How far llama.cpp's best token must lead its second for Evident's greedy choice to have to
+/// agree: twice the logit bound each model had before SmolLM2's was widened for scattered
+/// steps (see [`logit_tolerance`]), which left this check where it was.
+fn clear_choice_margin(model: &str) -> f32 {
+    if model.starts_with("smollm2") { 3.0 } else { 1.5 }
 }
 
 /// Bound on the median over all steps of a step's largest difference (see [`logit_tolerance`]).
@@ -123,7 +129,7 @@ fn check_greedy(generator: &EmbeddedGenerator, name: &str, backend: &str, cases:
             step_worst.push(this_step);
             let best = sampling_argmax(&logits);
             greedy_agrees &= best == continuation[i];
-            if values[0] - values[1] > 2.0 * tolerance {
+            if values[0] - values[1] > clear_choice_margin(name) {
                 assert_eq!(best, top[0], "{name} {backend}: step {i} of {:?}: a clear greedy choice differs", case["prompt"]);
             }
             if i + 1 < steps.len() {
