@@ -152,8 +152,7 @@ impl ArtifactQuery<'_> {
         let mut placed = Vec::new();
         for (i, (_, a)) in pool.iter().enumerate() {
             if !a.tokens.is_empty() && a.tokens.len() % dim == 0 {
-                let v: Vec<half::f16> = a.tokens.iter().map(|&b| half::f16::from_bits(b)).collect();
-                pages.push_page_f16(&v);
+                pages.push_page_f16(bytemuck::cast_slice::<u16, half::f16>(&a.tokens));
                 placed.push(i);
             }
         }

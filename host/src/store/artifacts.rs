@@ -49,9 +49,45 @@ pub struct ArtifactRecord {
     pub fields: Vec<(String, String)>,
     pub links: Vec<String>,
     /// The text's sentence embedding (unit length), f16 bits.
+    #[serde(with = "f16_bits")]
     pub embedding: Vec<u16>,
     /// The text's token vectors for MaxSim, token after token, f16 bits.
+    #[serde(with = "f16_bits")]
     pub tokens: Vec<u16>,
+}
+
+/// f16 bits written as one run of little-endian bytes. Postcard writes a `Vec<u16>` as one
+/// varint per value (3 bytes for most f16 bits), and decoding those one by one was most of a
+/// HiKEY question over a corpus whose artifacts outgrow the cache (schema 1; `migrate`).
+pub(super) mod f16_bits {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bits: &[u16], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u16>, D::Error> {
+        d.deserialize_bytes(Bits)
+    }
+
+    struct Bits;
+
+    impl Visitor<'_> for Bits {
+        type Value = Vec<u16>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an even number of bytes holding f16 values")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Vec<u16>, E> {
+            if !bytes.len().is_multiple_of(2) {
+                return Err(E::invalid_length(bytes.len(), &self));
+            }
+            Ok(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+        }
+    }
 }
 
 /// The id of the set an enrich stage makes with these bytes and parameters: a change of

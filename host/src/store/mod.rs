@@ -6,6 +6,7 @@
 
 mod artifacts;
 mod check;
+mod migrate;
 mod model;
 mod plugins;
 
@@ -36,8 +37,9 @@ const DAMAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("damage");
 /// What retrieval has indexed of a document (an encoded [`IndexState`]).
 const INDEX_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("index_state");
 
-/// Bumped when a record layout changes incompatibly.
-const SCHEMA_VERSION: u64 = 1;
+/// Bumped when a record layout changes incompatibly; `migrate` brings older stores up to it.
+/// 2: enrich artifacts' vectors as raw bytes.
+const SCHEMA_VERSION: u64 = 2;
 
 /// File name of the store inside the data directory.
 pub const STORE_FILE: &str = "evident.redb";
@@ -82,7 +84,7 @@ macro_rules! from_redb {
         }
     )*};
 }
-from_redb!(redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError, redb::DatabaseError);
+from_redb!(redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError, redb::DatabaseError, redb::CompactionError);
 
 /// The appliance's persistent store.
 pub struct Store {
@@ -106,12 +108,17 @@ impl Store {
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(StoreError::InUse(path)),
             Err(e) => return Err(e.into()),
         };
-        let store = Store { db };
-        store.check_schema(&path)?;
+        let mut store = Store { db };
+        if store.check_schema(&path)? {
+            // A migration rewrites records out of place: give the old pages back to the disk.
+            store.db.compact()?;
+        }
         Ok(store)
     }
 
-    fn check_schema(&self, path: &Path) -> Result<(), StoreError> {
+    /// Checks the store's schema, migrating an older one; true when it migrated.
+    fn check_schema(&self, path: &Path) -> Result<bool, StoreError> {
+        let mut migrated = false;
         let txn = self.db.begin_write()?;
         {
             let mut meta = txn.open_table(META)?;
@@ -119,6 +126,10 @@ impl Store {
             match found {
                 Some(v) if v > SCHEMA_VERSION => {
                     return Err(StoreError::NewerSchema { path: path.to_path_buf(), found: v });
+                }
+                Some(1) => {
+                    migrated = migrate::artifacts_v1_to_v2(&txn)? > 0;
+                    meta.insert("schema_version", SCHEMA_VERSION)?;
                 }
                 Some(_) => {}
                 None => {
@@ -142,7 +153,13 @@ impl Store {
             txn.open_table(artifacts::ARTIFACTS)?;
         }
         txn.commit()?;
-        Ok(())
+        Ok(migrated)
+    }
+
+    /// The schema the store is written in.
+    pub fn schema_version(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(META)?.get("schema_version")?.map(|v| v.value()).unwrap_or(SCHEMA_VERSION))
     }
 
     /// The document with this content hash, if it is already stored.
