@@ -30,6 +30,9 @@ struct Entry {
     stamp: (u32, u64),
     bytes: usize,
     used: u64,
+    /// A caller asked for this kind (rather than it coming along with another): such entries
+    /// are dropped only after every other one.
+    asked: bool,
 }
 
 fn stamp(set: &EnrichSet) -> (u32, u64) {
@@ -68,6 +71,7 @@ impl ArtifactCache {
             let now = state.clock;
             if let Some(entry) = state.entries.get_mut(&key).filter(|e| e.stamp == stamp(set)) {
                 entry.used = now;
+                entry.asked = true;
                 return Ok(entry.records.clone());
             }
         }
@@ -77,16 +81,19 @@ impl ArtifactCache {
             by_kind.entry(a.kind.clone()).or_default().push(a.clone());
         }
         let wanted = Arc::new(if kind.is_empty() { all } else { by_kind.remove(kind).unwrap_or_default() });
-        self.insert(key, wanted.clone(), stamp(set));
+        self.insert(key, wanted.clone(), stamp(set), true);
         if !kind.is_empty() {
             for (other, records) in by_kind {
-                self.insert((doc.to_string(), set.set.clone(), other), Arc::new(records), stamp(set));
+                self.insert((doc.to_string(), set.set.clone(), other), Arc::new(records), stamp(set), false);
             }
         }
         Ok(wanted)
     }
 
-    fn insert(&self, key: Key, records: Arc<Vec<ArtifactRecord>>, stamp: (u32, u64)) {
+    /// Keeps `records`; kinds that only came along with the one asked for (`asked` false) are
+    /// dropped before any kind a caller asked for, so they never push it out (HiKEY asks every
+    /// document's small Doc_card, and each card read drew that set's units in with it).
+    fn insert(&self, key: Key, records: Arc<Vec<ArtifactRecord>>, stamp: (u32, u64), asked: bool) {
         let bytes = bytes_of(&records);
         if bytes > self.budget_bytes {
             return;
@@ -94,12 +101,12 @@ impl ArtifactCache {
         let mut state = crate::error::lock(&self.state);
         state.clock += 1;
         let used = state.clock;
-        if let Some(old) = state.entries.insert(key, Entry { records, stamp, bytes, used }) {
+        if let Some(old) = state.entries.insert(key, Entry { records, stamp, bytes, used, asked }) {
             state.bytes -= old.bytes;
         }
         state.bytes += bytes;
         while state.bytes > self.budget_bytes {
-            let Some(oldest) = state.entries.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| k.clone()) else { break };
+            let Some(oldest) = state.entries.iter().min_by_key(|(_, e)| (e.asked, e.used)).map(|(k, _)| k.clone()) else { break };
             if let Some(gone) = state.entries.remove(&oldest) {
                 state.bytes -= gone.bytes;
             }
@@ -198,5 +205,31 @@ mod tests {
         assert_eq!(reads.get(), 5);
         let failing = cache.get("z", &s, "unit", || Err::<Vec<ArtifactRecord>, &str>("broken"));
         assert_eq!(failing.err(), Some("broken"));
+    }
+
+    #[test]
+    fn kinds_that_came_along_go_before_kinds_that_were_asked_for() {
+        // A document's units take about 0.6 MiB, its card a few KiB: the cards of both
+        // documents and the units of one fit in one MiB.
+        let cache = ArtifactCache::new(1);
+        let reads = std::cell::Cell::new(0);
+        let read = || -> Result<Vec<ArtifactRecord>, ()> {
+            reads.set(reads.get() + 1);
+            Ok(vec![record("u", "unit", 800), record("card", "doc-card", 4)])
+        };
+        let s = set("s", 2, 1.0);
+        cache.get("a", &s, "doc-card", read).unwrap();
+        cache.get("b", &s, "doc-card", read).unwrap();
+        assert_eq!(reads.get(), 2);
+        // b's units, which came along, pushed out a's units, not a's card.
+        cache.get("a", &s, "doc-card", read).unwrap();
+        cache.get("b", &s, "doc-card", read).unwrap();
+        assert_eq!(reads.get(), 2, "both cards stayed");
+        cache.get("b", &s, "unit", read).unwrap();
+        assert_eq!(reads.get(), 2, "b's units are the ones kept");
+        cache.get("a", &s, "unit", read).unwrap();
+        assert_eq!(reads.get(), 3, "a's units were the ones dropped");
+        let (_, bytes) = cache.usage();
+        assert!(bytes <= 1 << 20);
     }
 }
