@@ -186,7 +186,7 @@ mod tests {
         };
         let bytes = postcard::to_stdvec(&record).unwrap();
         assert_eq!(postcard::from_bytes::<ArtifactRecord>(&bytes).unwrap(), record);
-        // The tokens field is the last: its length prefix (10 bytes) and 10 bytes follow.
+        // The tokens field is the last: its length prefix (one byte, 10) and its 10 bytes.
         let mut odd = bytes.clone();
         let n = odd.len();
         odd[n - 11] = 9;
