@@ -3,7 +3,8 @@
 //!
 //! - **Stage 1, routing** ([`rank::route`]): documents scored α·minmax(BM25) + (1−α)·minmax(dense)
 //!   over their Doc_cards (the hierarchy field), fused by γ with their best page's hybrid score
-//!   (the body field); the top `docs` kept;
+//!   (the body field), plus τ times the title field (ours: the question's names found in a
+//!   document's title, [`title`]); the top `docs` kept;
 //! - **Stage 2** ([`rank::score_units`], [`rank::rank_sections`]): units of the routed
 //!   documents scored by type (text by its own hybrid score; a table or figure by w·own +
 //!   (1−w)·its upper context's), a section scored by its best unit (its anchor), fused with
@@ -15,7 +16,8 @@
 //! Where this differs from the paper (README, "Where hikey differs from the paper"): dense
 //! scores are the host's MaxSim over MiniLM token vectors, not a single-vector encoder; tables
 //! and figures have no visual score (the paper's ablation gives it +0.4 R@10); α, β, the number
-//! of documents and sections are not given by the paper (0.5, 0.5, 3, 3 here); the budget is
+//! of documents and sections are not given by the paper (0.5, 0.5, 3, 3 here); the title
+//! field is not the paper's (its Doc_card holds the title among the paths); the budget is
 //! the paper's smallest point (2K tokens) for the embedded 1.5B generator, not its 16K; the
 //! reader's prompt is this appliance's (the paper's appendix is not in the seed).
 
@@ -23,6 +25,7 @@ stage_kit::v2_world!("memory-stage");
 
 pub mod pack;
 pub mod rank;
+pub mod title;
 
 use stage_kit::v2::types::{Citation, LogLevel, Param};
 use stage_kit::v2::{Host, Wasm, cite, param, text_request};
@@ -59,6 +62,7 @@ pub fn settings(params: &[Param]) -> Result<Settings, String> {
             docs: param(params, "docs", 3)?,
             hierarchy: param(params, "hierarchy", 0.2)?,
             body_pages: param(params, "body_pages", 50)?,
+            title: param(params, "title", 0.0)?,
         },
         unit_alpha: param(params, "unit_alpha", 0.5)?,
         visual_weight: param(params, "visual_weight", 0.5)?,
@@ -71,8 +75,8 @@ pub fn settings(params: &[Param]) -> Result<Settings, String> {
         temperature: param(params, "temperature", 0.0)?,
     };
     let unit = |v: f32| (0.0..=1.0).contains(&v);
-    if !(unit(s.routing.alpha) && unit(s.routing.hierarchy) && unit(s.unit_alpha) && unit(s.visual_weight) && unit(s.fuse)) {
-        return Err("parameters alpha, hierarchy, unit_alpha, visual_weight and fuse must lie in [0, 1]".into());
+    if !(unit(s.routing.alpha) && unit(s.routing.hierarchy) && unit(s.routing.title) && unit(s.unit_alpha) && unit(s.visual_weight) && unit(s.fuse)) {
+        return Err("parameters alpha, hierarchy, title, unit_alpha, visual_weight and fuse must lie in [0, 1]".into());
     }
     if s.routing.docs == 0 || s.routing.body_pages == 0 || s.pool == 0 || s.limits.sections == 0 || s.limits.budget < 50 {
         return Err("parameters docs, body_pages, pool and sections must be at least 1, and budget at least 50 tokens".into());

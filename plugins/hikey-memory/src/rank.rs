@@ -24,6 +24,8 @@ pub struct Routing {
     pub hierarchy: f32,
     /// Pages the body field's search returns, across the documents in scope.
     pub body_pages: u32,
+    /// τ: the weight of the title field (ours, not the paper's: [`crate::title`]), added to the other two.
+    pub title: f32,
 }
 
 /// Doc_cards scored at once when the body field joins them: every document of any corpus
@@ -34,27 +36,30 @@ const ALL_CARDS: u32 = 100_000;
 /// Doc_card, scored α·minmax(BM25) + (1−α)·minmax(dense) by the host's hybrid artifact search;
 /// the body field is the host's hybrid page search, a document scoring its best page (the
 /// paper's "field-separated" index of title and paths beside the body; it does not say how the
-/// fields combine, so S_doc = γ·hierarchy + (1−γ)·body). Only documents with a Doc_card are
-/// routed: the others have no tree to rank.
+/// fields combine, so γ·hierarchy + (1−γ)·body); the title field ([`crate::title`]) adds τ
+/// times its score: S_doc = γ·hierarchy + (1−γ)·body + τ·title, a bonus for a document the
+/// question names that leaves every score as it was when it names none. Only documents with a
+/// Doc_card are routed: the others have no tree to rank.
 pub fn route(host: &impl Host, question: &str, r: Routing) -> Result<Vec<Routed>, String> {
-    if r.hierarchy >= 1.0 {
+    if r.hierarchy >= 1.0 && r.title <= 0.0 {
         let hits = host.search_artifacts(question, "doc-card", SearchMode::Hybrid, r.alpha, r.docs, &[])?;
         return Ok(hits.into_iter().map(|h| Routed { document: h.found.document, score: h.score }).collect());
     }
-    let mut fields: Vec<(String, f32, f32)> = host
-        .search_artifacts(question, "doc-card", SearchMode::Hybrid, r.alpha, ALL_CARDS, &[])?
-        .into_iter()
-        .map(|h| (h.found.document, h.score, 0.0))
-        .collect();
+    let cards = host.search_artifacts(question, "doc-card", SearchMode::Hybrid, r.alpha, ALL_CARDS, &[])?;
+    let titles: Vec<&str> = cards.iter().map(|h| crate::title::card_title(&h.found.artifact.text)).collect();
+    let named = if r.title > 0.0 { crate::title::title_scores(question, &titles) } else { vec![0.0; cards.len()] };
+    let mut fields: Vec<(String, f32, f32, f32)> = cards.iter().zip(named).map(|(h, t)| (h.found.document.clone(), h.score, 0.0, t)).collect();
     // One document in scope (a question asked of it) is routed whatever its fields say.
-    let pages = if fields.len() > 1 { host.search_weighted(question, r.alpha, r.body_pages, &[])? } else { Vec::new() };
+    let pages = if fields.len() > 1 && r.hierarchy < 1.0 { host.search_weighted(question, r.alpha, r.body_pages, &[])? } else { Vec::new() };
     for page in pages {
         if let Some(f) = fields.iter_mut().find(|f| f.0 == page.page.document) {
             f.2 = f.2.max(page.score);
         }
     }
-    let mut routed: Vec<Routed> =
-        fields.into_iter().map(|(document, card, body)| Routed { document, score: r.hierarchy * card + (1.0 - r.hierarchy) * body }).collect();
+    let mut routed: Vec<Routed> = fields
+        .into_iter()
+        .map(|(document, card, body, title)| Routed { document, score: r.hierarchy * card + (1.0 - r.hierarchy) * body + r.title * title })
+        .collect();
     routed.sort_by(|a, b| b.score.total_cmp(&a.score));
     routed.truncate(r.docs as usize);
     Ok(routed)
@@ -124,7 +129,9 @@ impl Tree {
 }
 
 /// Type-specific unit scores: a text unit's own hybrid score; a table or figure mixes its own
-/// (caption and cells) and its upper context's, w·own + (1−w)·context.
+/// (caption and cells) and its upper context's, w·own + (1−w)·context. The routed documents
+/// are searched together (searching each on its own, as a question asked of it alone would,
+/// gained nothing on the dev set: README, "HiKEY's title field").
 pub fn score_units(host: &impl Host, tree: &Tree, question: &str, documents: &[String], alpha: f32, visual_weight: f32, pool: u32) -> Result<Vec<f32>, String> {
     let index: HashMap<(&str, &str), usize> = tree.units.iter().enumerate().map(|(i, (d, u))| ((d.as_str(), u.key.as_str()), i)).collect();
     let mut own = vec![0.0f32; tree.units.len()];

@@ -83,7 +83,7 @@ fn host(reply: fn(&GenerateRequest) -> String) -> FakeHost {
 const QUESTION: &str = "How did sales grow in every region?";
 
 fn card_routing(alpha: f32, docs: u32) -> rank::Routing {
-    rank::Routing { alpha, docs, hierarchy: 1.0, body_pages: 50 }
+    rank::Routing { alpha, docs, hierarchy: 1.0, body_pages: 50, title: 0.0 }
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn the_body_field_scores_a_document_by_its_best_page_and_fuses_with_its_card_by_
     // B's card holds none of the question's words, but its pages match best; "c" has pages
     // and no card, so no tree: it is never routed.
     h.search = Box::new(|_| vec![candidate("c", 1, 1.0), candidate("b", 2, 0.9), candidate("a", 1, 0.2), candidate("b", 1, 0.5), candidate("a", 3, 0.3)]);
-    let routing = rank::Routing { alpha: 0.5, docs: 2, hierarchy: 0.5, body_pages: 5 };
+    let routing = rank::Routing { alpha: 0.5, docs: 2, hierarchy: 0.5, body_pages: 5, title: 0.0 };
     let routed = rank::route(&h, QUESTION, routing).unwrap();
     // a: 0.5·0.25 + 0.5·0.3; b: 0.5·0 + 0.5·0.9.
     let got: Vec<(&str, f32)> = routed.iter().map(|r| (r.document.as_str(), r.score)).collect();
@@ -121,6 +121,50 @@ fn the_body_field_scores_a_document_by_its_best_page_and_fuses_with_its_card_by_
     h.searched.borrow_mut().clear();
     assert_eq!(rank::route(&h, QUESTION, routing).unwrap().len(), 1);
     assert!(h.searched.borrow().is_empty());
+}
+
+#[test]
+fn the_title_field_scores_the_titles_holding_the_questions_rarest_names() {
+    let titles =
+        ["AMAZON_2017_10K", "PEPSICO_2021_10K", "Form 8-K for Pepsico INC", "Contents", "AMERICANWATERWORKS_2022_10K", "Exhibit 300: Capital Asset Plan"];
+    let s = title::title_scores("What is Amazon's FY2017 days payable outstanding?", &titles);
+    assert_eq!(s, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    // "pepsico" is in two titles and "10k" in three: the title holding both scores 1, the
+    // others less.
+    let s = title::title_scores("What was PepsiCo's capital expenditure in its 10K?", &titles);
+    assert!(s[1] == 1.0 && (0.0..1.0).contains(&s[0]) && s[0] > 0.0 && s[2] > 0.0 && s[2] < 1.0 && s[3] == 0.0 && s[5] == 0.0, "{s:?}");
+    // A name glued into a file name's word counts; a lower-case word ("capital") names a
+    // topic, not a document.
+    let s = title::title_scores("Does American Water Works have positive working capital?", &titles);
+    assert_eq!(s, [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+    // Function words and the question's first word name nothing, and neither do single letters.
+    assert_eq!(title::title_scores("Contents: what is the table of contents for?", &titles), [0.0; 6]);
+    assert_eq!(title::title_scores("What is in the Contents?", &titles), [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]);
+    assert_eq!(title::title_scores("How many people are on the cover of A For B?", &titles), [0.0; 6]);
+    assert_eq!(title::card_title("Report A\nSales\nCosts"), "Report A");
+}
+
+#[test]
+fn the_title_field_routes_a_document_whose_card_and_pages_match_less() {
+    let mut h = host(|_| NOT_ANSWERABLE.into());
+    h.search = Box::new(|_| vec![candidate("a", 1, 1.0), candidate("b", 1, 0.4)]);
+    let routing = rank::Routing { alpha: 0.5, docs: 2, hierarchy: 0.5, body_pages: 5, title: 0.0 };
+    // "report" is not written as a name and "B" is one letter: no title is named.
+    let routed = rank::route(&h, "Did sales grow in every region in report B?", rank::Routing { title: 0.5, ..routing }).unwrap();
+    assert_eq!(routed[0].document, "a");
+    // The question's words are A's (card and pages) but it names B's title.
+    for card in h.artifacts.iter_mut().filter(|a| a.document == "b" && a.artifact.kind == "doc-card") {
+        card.artifact.text = "Plant Review\nSafety".into();
+    }
+    let question = "Did sales grow in every region, says the Plant Review?";
+    let order = |title: f32| rank::route(&h, question, rank::Routing { title, ..routing }).unwrap().into_iter().map(|r| r.document).collect::<Vec<_>>();
+    assert_eq!(order(0.0), ["a", "b"]);
+    // a: 0.5·1/7 + 0.5·1.0 = 0.571; b: 0.5·2/7 + 0.5·0.4 + τ·1 = 0.343 + τ.
+    assert_eq!(order(0.2), ["a", "b"]);
+    assert_eq!(order(0.3), ["b", "a"]);
+    // A question naming no title leaves every score as τ = 0 gives it.
+    let plain = |title: f32| rank::route(&h, QUESTION, rank::Routing { title, ..routing }).unwrap();
+    assert_eq!(plain(0.3), plain(0.0));
 }
 
 #[test]
