@@ -49,19 +49,14 @@ pub fn title_scores(question: &str, titles: &[&str]) -> Vec<f32> {
     let held: Vec<Vec<String>> = titles.iter().map(|t| words(t)).collect();
     let has = |h: &Vec<String>, name: &str| h.iter().any(|w| holds(w, name));
     let n = titles.len() as f32;
-    let raw: Vec<f32> = held
+    let idf: Vec<f32> = names
         .iter()
-        .map(|h| {
-            names
-                .iter()
-                .filter(|name| has(h, name))
-                .map(|name| {
-                    let df = held.iter().filter(|other| has(other, name)).count() as f32;
-                    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-                })
-                .sum()
+        .map(|name| {
+            let df = held.iter().filter(|h| has(h, name)).count() as f32;
+            (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
         })
         .collect();
+    let raw: Vec<f32> = held.iter().map(|h| names.iter().zip(&idf).filter(|(name, _)| has(h, name)).map(|(_, w)| w).sum()).collect();
     let best = raw.iter().copied().fold(0.0f32, f32::max);
     if best <= 0.0 {
         return vec![0.0; titles.len()];
