@@ -34,6 +34,15 @@ impl Calculation {
     }
 }
 
+/// Whether `question` may be answered by a calculation: not when it asks for yes or no (it starts
+/// with "did", "is", "was", ...). Offered a calculation, the 1.5B default answered "Did ABIOMED
+/// outperform the NASDAQ index?" with the percentage of the difference instead of "yes".
+pub fn may_calculate(question: &str) -> bool {
+    const YES_NO: [&str; 16] = ["is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will", "would", "should", "shall"];
+    let first = question.split_whitespace().next().unwrap_or("").to_lowercase();
+    !YES_NO.contains(&first.trim_matches(|c: char| !c.is_alphanumeric()))
+}
+
 /// The calculation `reply` asks for, if it has a line starting with [`CALCULATE`] (any case):
 /// `None` when it does not, an error naming what could not be read when it does.
 pub fn calculation(reply: &str, question: &str) -> Option<Result<Calculation, String>> {
@@ -46,7 +55,11 @@ pub fn calculation(reply: &str, question: &str) -> Option<Result<Calculation, St
         let compact: String = expression.chars().filter(|c| !c.is_whitespace()).collect();
         let times_hundred = compact.ends_with("*100") || compact.starts_with("100*");
         let q = question.to_lowercase();
-        let asks_percent = q.contains("percent") || q.contains('%');
+        // Rates, margins, growth and returns are stated as percentages (FinQA's golds write a
+        // growth rate "-20.4%"), so a ratio asked for as one is multiplied by 100 too.
+        let asks_percent = q.contains('%')
+            || q.split(|c: char| !c.is_alphanumeric())
+                .any(|w| w.starts_with("percent") || matches!(w, "rate" | "margin" | "growth" | "return" | "roi" | "roa" | "roe" | "yield"));
         let ratio = !times_hundred && asks_percent && compact.contains('/');
         Calculation { expression, value: if ratio { value * 100.0 } else { value }, percent: times_hundred || ratio }
     }))
@@ -277,7 +290,20 @@ mod tests {
         assert_eq!((c.stated(), c.percent), ("1719529".to_string(), false));
         assert_eq!(calculation("CALCULATE: 0.00123456", "How much?").expect("asks").expect("reads").stated(), "0.0012");
         assert!(calculation("It was 6.6 million [1].", q).is_none());
+        let rate = calculation("CALCULATE: (7.4 - 9.3) / 9.3", "what is the growth rate in amortization expense in 2009?");
+        assert_eq!(rate.expect("asks").expect("reads").stated(), "-20.43%", "a growth rate is a percentage");
+        let times = calculation("CALCULATE: 1751 / 72", "What is the interest coverage ratio?").expect("asks").expect("reads");
+        assert_eq!(times.stated(), "24.32", "a ratio not asked for as a percentage stays one");
         assert_eq!(figures("($1,250.5 - 1000) / 1000 * 100"), ["1250.5", "1000", "100"]);
         assert!(calculation("CALCULATE: rent_2012 - rent_2011", q).expect("asks").is_err());
+    }
+
+    #[test]
+    fn yes_or_no_questions_are_not_calculated() {
+        assert!(!may_calculate("did abiomed outperform the nasdaq composite index?"));
+        assert!(!may_calculate("Is 3M a capital-intensive business based on FY2022 data?"));
+        assert!(may_calculate("What is the percentage change in rent?"));
+        assert!(may_calculate("In millions, what was the total?"));
+        assert!(may_calculate("Isotope counts: how many are listed?"), "a word that starts like one is not one");
     }
 }
