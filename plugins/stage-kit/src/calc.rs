@@ -34,13 +34,50 @@ impl Calculation {
     }
 }
 
-/// Whether `question` may be answered by a calculation: not when it asks for yes or no (it starts
-/// with "did", "is", "was", ...). Offered a calculation, the 1.5B default answered "Did ABIOMED
-/// outperform the NASDAQ index?" with the percentage of the difference instead of "yes".
+/// Whether `question` may be answered by a calculation: it names one (a change, a ratio, a
+/// percentage, a total, an average, growth, a rate, a margin, ...) and does not ask for yes or
+/// no. Offered a calculation for every question, the 1.5B default wrote one for lookups too
+/// ("(3.0 - 2.4) / 2.4" for a figure printed as 3.0) and answered "Did ABIOMED outperform the
+/// NASDAQ index?" with a percentage instead of "yes".
 pub fn may_calculate(question: &str) -> bool {
     const YES_NO: [&str; 16] = ["is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will", "would", "should", "shall"];
-    let first = question.split_whitespace().next().unwrap_or("").to_lowercase();
-    !YES_NO.contains(&first.trim_matches(|c: char| !c.is_alphanumeric()))
+    const CUES: [&str; 31] = [
+        "change",
+        "difference",
+        "differ",
+        "ratio",
+        "percent",
+        "percentage",
+        "growth",
+        "grow",
+        "grew",
+        "increase",
+        "decrease",
+        "decline",
+        "total",
+        "sum",
+        "average",
+        "mean",
+        "rate",
+        "margin",
+        "return",
+        "roi",
+        "proportion",
+        "share",
+        "portion",
+        "more",
+        "less",
+        "times",
+        "multiple",
+        "cagr",
+        "turnover",
+        "coverage",
+        "per",
+    ];
+    let lower = question.to_lowercase();
+    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let yes_no = words.first().is_some_and(|w| YES_NO.contains(w));
+    !yes_no && (lower.contains('%') || words.iter().any(|w| CUES.contains(w) || w.starts_with("percent")))
 }
 
 /// The calculation `reply` asks for, if it has a line starting with [`CALCULATE`] (any case):
@@ -304,6 +341,7 @@ mod tests {
         assert!(!may_calculate("Is 3M a capital-intensive business based on FY2022 data?"));
         assert!(may_calculate("What is the percentage change in rent?"));
         assert!(may_calculate("In millions, what was the total?"));
-        assert!(may_calculate("Isotope counts: how many are listed?"), "a word that starts like one is not one");
+        assert!(may_calculate("Isotope counts: what share are listed?"), "a word that starts like one is not one");
+        assert!(!may_calculate("What is depreciation expense in 2017 for Amazon?"), "a lookup names no calculation");
     }
 }
