@@ -35,10 +35,11 @@ impl Calculation {
 }
 
 /// Whether `question` may be answered by a calculation: it names one (a change, a ratio, a
-/// percentage, a total, an average, growth, a rate, a margin, ...) and does not ask for yes or
-/// no. Offered a calculation for every question, the 1.5B default wrote one for lookups too
-/// ("(3.0 - 2.4) / 2.4" for a figure printed as 3.0) and answered "Did ABIOMED outperform the
-/// NASDAQ index?" with a percentage instead of "yes".
+/// percentage, a total, an average, growth, a rate, a margin, ...) and asks neither for yes or
+/// no nor for a reason. Offered a calculation for every question, the 1.5B default wrote one
+/// for lookups too ("(3.0 - 2.4) / 2.4" for a figure printed as 3.0), answered "Did ABIOMED
+/// outperform the NASDAQ index?" with a percentage instead of "yes", and "What drove the change
+/// in operating margin?" with the change.
 pub fn may_calculate(question: &str) -> bool {
     const YES_NO: [&str; 16] = ["is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will", "would", "should", "shall"];
     const CUES: [&str; 31] = [
@@ -77,7 +78,8 @@ pub fn may_calculate(question: &str) -> bool {
     let lower = question.to_lowercase();
     let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
     let yes_no = words.first().is_some_and(|w| YES_NO.contains(w));
-    !yes_no && (lower.contains('%') || words.iter().any(|w| CUES.contains(w) || w.starts_with("percent")))
+    let reason = words.iter().any(|w| matches!(*w, "why" | "drove" | "drive" | "drives" | "driven" | "reason" | "reasons" | "explain"));
+    !yes_no && !reason && (lower.contains('%') || words.iter().any(|w| CUES.contains(w) || w.starts_with("percent")))
 }
 
 /// The calculation `reply` asks for, if it has a line starting with [`CALCULATE`] (any case):
@@ -343,5 +345,6 @@ mod tests {
         assert!(may_calculate("In millions, what was the total?"));
         assert!(may_calculate("Isotope counts: what share are listed?"), "a word that starts like one is not one");
         assert!(!may_calculate("What is depreciation expense in 2017 for Amazon?"), "a lookup names no calculation");
+        assert!(!may_calculate("What drove operating margin change as of FY2022 for 3M?"), "a reason is not a figure");
     }
 }
