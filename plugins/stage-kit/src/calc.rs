@@ -338,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn yes_or_no_questions_are_not_calculated() {
+    fn only_questions_naming_a_calculation_are_offered_one() {
         assert!(!may_calculate("did abiomed outperform the nasdaq composite index?"));
         assert!(!may_calculate("Is 3M a capital-intensive business based on FY2022 data?"));
         assert!(may_calculate("What is the percentage change in rent?"));
