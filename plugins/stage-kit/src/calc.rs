@@ -42,13 +42,12 @@ impl Calculation {
 /// in operating margin?" with the change.
 pub fn may_calculate(question: &str) -> bool {
     const YES_NO: [&str; 16] = ["is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will", "would", "should", "shall"];
-    const CUES: [&str; 31] = [
+    // Words starting "percent" count too (below).
+    const CUES: [&str; 29] = [
         "change",
         "difference",
         "differ",
         "ratio",
-        "percent",
-        "percentage",
         "growth",
         "grow",
         "grew",
@@ -76,10 +75,15 @@ pub fn may_calculate(question: &str) -> bool {
         "per",
     ];
     let lower = question.to_lowercase();
-    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> = words(&lower).collect();
     let yes_no = words.first().is_some_and(|w| YES_NO.contains(w));
     let reason = words.iter().any(|w| matches!(*w, "why" | "drove" | "drive" | "drives" | "driven" | "reason" | "reasons" | "explain"));
     !yes_no && !reason && (lower.contains('%') || words.iter().any(|w| CUES.contains(w) || w.starts_with("percent")))
+}
+
+/// The words of a lower-cased question, split at anything that is not a letter or a digit.
+fn words(lower: &str) -> impl Iterator<Item = &str> {
+    lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty())
 }
 
 /// The calculation `reply` asks for, if it has a line starting with [`CALCULATE`] (any case):
@@ -97,8 +101,7 @@ pub fn calculation(reply: &str, question: &str) -> Option<Result<Calculation, St
         // Rates, margins, growth and returns are stated as percentages (FinQA's golds write a
         // growth rate "-20.4%"), so a ratio asked for as one is multiplied by 100 too.
         let asks_percent = q.contains('%')
-            || q.split(|c: char| !c.is_alphanumeric())
-                .any(|w| w.starts_with("percent") || matches!(w, "rate" | "margin" | "growth" | "return" | "roi" | "roa" | "roe" | "yield"));
+            || words(&q).any(|w| w.starts_with("percent") || matches!(w, "rate" | "margin" | "growth" | "return" | "roi" | "roa" | "roe" | "yield"));
         let ratio = !times_hundred && asks_percent && compact.contains('/');
         Calculation { expression, value: if ratio { value * 100.0 } else { value }, percent: times_hundred || ratio }
     }))
