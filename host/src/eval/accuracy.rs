@@ -5,7 +5,8 @@
 //! figure (the first one marked as the gold is, a percentage for a percentage; years skipped
 //! unless the gold is one) within a relative tolerance; a list is compared as a set of items, and
 //! an answer naming many more items than the gold has does not pass; a short string by
-//! containment in the short form (as whole words) or string similarity; a long gold answer
+//! containment in the short form (as whole words) or string similarity (never similarity for
+//! the forms MMLongBench-Doc matches exactly: dates, times, addresses); a long gold answer
 //! (FinanceBench's explanations) by the short form's yes/no and its first figure that is not a
 //! year, a date's day or a figure the question states, among the answer's first three, or, with
 //! neither (a phrase or a definition), as a short string is;
@@ -179,6 +180,29 @@ fn contains_words(text: &str, part: &str) -> bool {
     !part.is_empty() && text.windows(part.len()).any(|w| w == part.as_slice())
 }
 
+/// Whether a gold is one that MMLongBench-Doc compares exactly, never by similarity: a date
+/// ("2021-02-08", "2021 02"), a number with one group ("555-0134"), a time ("9 a.m."), a web or
+/// e-mail address, a file name, a page label. Half of a date's characters agreeing is not half
+/// right: "2017-03-10" is as wrong an answer to "2021-02-08" as any other day.
+fn exact_form(gold: &str) -> bool {
+    let t = gold.trim().to_lowercase();
+    let groups: Vec<&str> = t.split(['-', ' ']).collect();
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let numbered = groups.iter().all(|g| digits(g)) && !t.contains("--") && !t.contains("  ");
+    let dated = numbered && groups.len() >= 2 && groups[0].len() == 4 && groups[1..].iter().all(|g| g.len() == 2);
+    let mail = t.split_once('@').is_some_and(|(user, host)| !user.is_empty() && !user.contains(' ') && host.contains('.') && !host.contains(' '));
+    (numbered && groups.len() <= 2)
+        || (dated && groups.len() == 3)
+        || t.contains("http://")
+        || t.contains("https://")
+        || t.contains("a.m.")
+        || t.contains("p.m.")
+        || t.ends_with(".py")
+        || t.ends_with("ipynb")
+        || t.starts_with("page")
+        || mail
+}
+
 /// Similarity of two short strings: 1 minus the normalised edit distance (ANLS's core).
 fn similarity(a: &str, b: &str) -> f64 {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
@@ -239,7 +263,7 @@ fn judge(question: &str, predicted: &str, predicted_answerable: bool, gold: &str
         if let [value] = gold_numbers.as_slice() {
             return stated_figure(&short, gold, *value).is_some_and(|v| close(v, *value));
         }
-        return contains_words(&p, &g) || similarity(&p, &g) >= 0.5;
+        return contains_words(&p, &g) || (!exact_form(gold) && similarity(&p, &g) >= 0.5);
     }
     // A long, explained gold answer: its yes/no and its first figure must agree.
     if let Some(yes) = yes_no(gold)
@@ -357,6 +381,25 @@ mod tests {
         assert!(is_correct("In 2022 revenue was $5.3 billion.", true, "5.3", true), "a year is not the stated figure");
         assert!(is_correct("It fell from 30 to 24.3%.", true, "24.26%", true), "a percentage for a percentage");
         assert!(is_correct("It was founded in 1998.", true, "1998", true));
+    }
+
+    #[test]
+    fn dates_numbers_and_addresses_are_matched_exactly() {
+        assert!(!is_correct("2017-03-10", true, "2021-02-08", true), "half the characters of a date are not half right");
+        assert!(is_correct("The date is 2021-02-08.", true, "2021-02-08", true));
+        assert!(!is_correct("2021-03", true, "2021-02", true));
+        assert!(!is_correct("Call 555-0143.", true, "555-0134", true));
+        assert!(!is_correct("It opens at 9 p.m.", true, "8 p.m.", true));
+        assert!(!is_correct("www.example.org/b", true, "https://www.example.org/a", true));
+        assert!(is_correct("See run_model.py.", true, "run_model.py", true));
+        assert!(!is_correct("run_modes.py", true, "run_model.py", true));
+        for exact in ["2021-02-08", "2021 02", "555-0134", "18-34", "9 a.m.", "ab@cd.org", "page 4"] {
+            assert!(exact_form(exact), "{exact}");
+        }
+        for loose in ["Superior Court", "4G", "18-34 years", "2021-02-08-09", "N/A"] {
+            assert!(!exact_form(loose), "{loose}");
+        }
+        assert!(is_correct("Superior court.", true, "SUPERIOR COURT", true), "a name is still compared loosely");
     }
 
     #[test]
