@@ -82,6 +82,20 @@ impl RemoteGenerator {
     }
 }
 
+/// The reply without a thinking model's reasoning: servers that run no reasoning parser send
+/// it in the content as `<think>...</think>` before the answer, and a reply cut off inside it
+/// has no answer yet.
+fn without_reasoning(text: &str) -> String {
+    let trimmed = text.trim_start();
+    let Some(inside) = trimmed.strip_prefix("<think>") else {
+        return text.to_string();
+    };
+    match inside.find("</think>") {
+        Some(end) => inside[end + "</think>".len()..].trim_start().to_string(),
+        None => String::new(),
+    }
+}
+
 fn read_json(resp: ureq::http::Response<ureq::Body>) -> Result<Value, GenerateError> {
     let text = resp.into_body().read_to_string().map_err(|e| GenerateError::BadResponse(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| GenerateError::BadResponse(format!("not JSON ({e})")))
@@ -114,7 +128,7 @@ impl Generator for RemoteGenerator {
         if !streamed {
             // Some servers ignore `stream`; take the whole answer.
             let v = read_json(resp)?;
-            let text = v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string();
+            let text = without_reasoning(v["choices"][0]["message"]["content"].as_str().unwrap_or_default());
             on_text(&text);
             return Ok(Generation {
                 completion_tokens: v["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize,
@@ -149,6 +163,7 @@ impl Generator for RemoteGenerator {
         if generation.completion_tokens == 0 {
             generation.completion_tokens = chunks;
         }
+        generation.text = without_reasoning(&generation.text);
         Ok(generation)
     }
 
@@ -187,5 +202,17 @@ impl Generator for RemoteGenerator {
 
     fn describe(&self) -> String {
         format!("{} at {} (OpenAI-compatible)", self.config.model, self.config.base_url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_reasoning;
+
+    #[test]
+    fn a_thinking_models_reasoning_is_not_its_answer() {
+        assert_eq!(without_reasoning("<think>\n8.8 is on page 4.\n</think>\n\n$8.8 billion"), "$8.8 billion");
+        assert_eq!(without_reasoning("  <think>still reasoning when the budget ran out"), "", "no answer yet");
+        assert_eq!(without_reasoning("$8.8 billion, see <think> below"), "$8.8 billion, see <think> below");
     }
 }

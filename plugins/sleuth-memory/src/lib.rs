@@ -55,6 +55,8 @@ pub struct Settings {
     pub clue_tokens: u32,
     pub max_clues: usize,
     pub answer_tokens: u32,
+    /// The answer's budget on the thinking model, whose reasoning comes before the answer.
+    pub thinking_tokens: u32,
     pub temperature: f32,
     /// Clues kept in the evidence table, those most similar to the question.
     pub table_rows: usize,
@@ -66,18 +68,25 @@ pub struct Settings {
 const CLUE_SYSTEM: &str = "You find the clues a document page holds for a question.";
 const ANSWER_SYSTEM: &str = "You answer questions about a document from the evidence given, and only from it.";
 
-/// The page as the clue finder reads it: numbered blocks and regions.
-pub fn clue_prompt(question: &str, content: &PageContent, regions: &[Region], s: &Settings) -> String {
+/// The page's blocks as the clue finder reads them, in order, each cut to 400 characters,
+/// until `page_tokens` (4 characters a token) run out: only these can a clue cite.
+pub fn shown_blocks(content: &PageContent, s: &Settings) -> Vec<String> {
     let mut budget = s.page_tokens as usize * 4;
     let mut blocks = Vec::new();
-    for (i, b) in content.blocks.iter().enumerate() {
+    for b in &content.blocks {
         if budget == 0 {
             break;
         }
         let text: String = b.text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(budget.min(400)).collect();
         budget = budget.saturating_sub(text.len());
-        blocks.push(format!("[b{i}] {text}"));
+        blocks.push(text);
     }
+    blocks
+}
+
+/// The page as the clue finder reads it: numbered blocks and regions.
+pub fn clue_prompt(question: &str, content: &PageContent, regions: &[Region], s: &Settings) -> String {
+    let blocks: Vec<String> = shown_blocks(content, s).iter().enumerate().map(|(i, text)| format!("[b{i}] {text}")).collect();
     let regions: Vec<String> = regions
         .iter()
         .enumerate()
@@ -87,7 +96,7 @@ pub fn clue_prompt(question: &str, content: &PageContent, regions: &[Region], s:
     format!(
         "Question: {question}\n\nPage {}, block by block:\n{}\n{regions}\n\
          List what on this page helps answer the question, one clue per line, as:\n\
-         CLUE | <where: a block like b3 or a region like r0> | <the words or figures, copied from the page> | <what they tell about the question>\n\
+         CLUE | <where: a block like b3 or a region like r0> | <the words or figures, copied from the page> | <what they tell about the question> | <why: how they bear on it, in a few words>\n\
          Write at most {} lines. If nothing on this page helps, write NONE.",
         content.page.page,
         blocks.join("\n"),
@@ -95,10 +104,11 @@ pub fn clue_prompt(question: &str, content: &PageContent, regions: &[Region], s:
     )
 }
 
-/// The clue records of a reply about `content`: lines of `|`-separated fields (a leading
-/// "CLUE" field optional) whose content is not empty; a place that names no block or region
-/// of the page is kept empty, so no clue points at what does not exist.
-pub fn parse_clues(reply: &str, content: &PageContent, regions: &[Region], max: usize) -> Vec<Clue> {
+/// The clue records of a reply about `content`, of whose blocks the prompt showed the first
+/// `shown`: lines of `|`-separated fields (a leading "CLUE" field optional) whose content is
+/// not empty; a place that names no shown block or region of the page is kept empty, so no
+/// clue points at what does not exist or was not read.
+pub fn parse_clues(reply: &str, content: &PageContent, regions: &[Region], shown: usize, max: usize) -> Vec<Clue> {
     let mut out = Vec::new();
     for line in reply.lines() {
         let mut fields: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -111,7 +121,7 @@ pub fn parse_clues(reply: &str, content: &PageContent, regions: &[Region], max: 
         let place = fields[0].trim_matches(|c: char| c == '[' || c == ']').to_ascii_lowercase();
         let index = |prefix: char| place.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
         let (region, blocks, source) = match (index('b'), index('r')) {
-            (Some(b), _) if b < content.blocks.len() => (format!("b{b}"), vec![b as u32], "text".to_string()),
+            (Some(b), _) if b < shown.min(content.blocks.len()) => (format!("b{b}"), vec![b as u32], "text".to_string()),
             (_, Some(r)) if r < regions.len() => (format!("r{r}"), regions[r].blocks.clone(), regions[r].kind.clone()),
             _ => (String::new(), Vec::new(), "text".to_string()),
         };
@@ -142,18 +152,32 @@ pub fn evidence_table(clues: &[Clue]) -> String {
     rows.join("\n")
 }
 
-/// The answer (what comes before the first "EVIDENCE") and the rows after it that start with
-/// a page number (`EVIDENCE | page | content`, or the same without "EVIDENCE |").
-pub fn parse_answer(reply: &str) -> (String, Vec<(u32, String)>) {
+/// Where the reply's evidence rows begin: the first "EVIDENCE" that a `|` or `:` follows, or
+/// that starts a line of its own; the word in a sentence ("the evidence table does not hold
+/// it") is part of the answer.
+fn evidence_start(reply: &str) -> Option<usize> {
     let upper = reply.to_ascii_uppercase();
-    let (answer, rest) = match upper.find("EVIDENCE") {
+    upper.match_indices("EVIDENCE").map(|(at, _)| at).find(|&at| {
+        let after = upper[at + "EVIDENCE".len()..].trim_start_matches([' ', '\t']);
+        let line_start = upper[..at].rsplit('\n').next().is_some_and(|l| l.trim().is_empty());
+        after.starts_with(['|', ':']) || (line_start && (after.is_empty() || after.starts_with(['\n', '\r'])))
+    })
+}
+
+/// The answer (what comes before the evidence rows) and the rows that start with a page
+/// number (`EVIDENCE | page | content`, or the same without "EVIDENCE |").
+pub fn parse_answer(reply: &str) -> (String, Vec<(u32, String)>) {
+    let (answer, rest) = match evidence_start(reply) {
         Some(at) => (&reply[..at], &reply[at..]),
         None => (reply, ""),
     };
     let answer = answer.lines().map(|l| l.trim()).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
     // A row of the table copied as the answer: its first cell is the answer.
     let answer = answer.split('|').map(str::trim).find(|f| !f.is_empty()).unwrap_or("").to_string();
-    let answer = answer.strip_prefix("Answer:").unwrap_or(&answer).trim().to_string();
+    let answer = match answer.get(..7) {
+        Some(head) if head.eq_ignore_ascii_case("answer:") => answer[7..].trim().to_string(),
+        _ => answer.trim().to_string(),
+    };
     let mut rows = Vec::new();
     for line in rest.lines() {
         let mut fields: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -171,9 +195,10 @@ pub fn parse_answer(reply: &str) -> (String, Vec<(u32, String)>) {
     (answer, rows)
 }
 
-/// Whether an answer is the paper's "nothing found".
+/// Whether an answer is the paper's "nothing found" ("No answer found." too).
 pub fn says_nothing_found(answer: &str) -> bool {
-    answer.to_ascii_lowercase().contains("no answers found") || stage_kit::says_not_answerable(answer)
+    let words = answer.to_ascii_lowercase().split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ");
+    words.contains("no answers found") || words.contains("no answer found") || stage_kit::says_not_answerable(answer)
 }
 
 /// The whole stage over the root question's evidence.
@@ -184,7 +209,7 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str, root: &QuestionEvi
         let content = host.page(&c.page)?;
         let regions = host.regions(&c.page).unwrap_or_default();
         let reply = host.generate(&text_request(CLUE_SYSTEM, &clue_prompt(question, &content, &regions, s), s.clue_tokens, s.temperature))?.text;
-        let found = parse_clues(&reply, &content, &regions, s.max_clues);
+        let found = parse_clues(&reply, &content, &regions, shown_blocks(&content, s).len(), s.max_clues);
         for clue in &found {
             host.log(
                 LogLevel::Info,
@@ -199,8 +224,9 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str, root: &QuestionEvi
     } else {
         root.evidence.iter().filter(|c| root.verdicts.iter().any(|v| v.page == c.page && v.relevant)).map(|c| &c.page).collect()
     };
-    if clues.is_empty() && kept.is_empty() {
-        host.log(LogLevel::Info, "no clues and no kept pages: No answers found!");
+    // Kept pages are context only when the profile sends their text.
+    if clues.is_empty() && (kept.is_empty() || !s.kept_pages) {
+        host.log(LogLevel::Info, "no clues and no kept pages to read: No answers found!");
         return Ok(Answer { text: NO_ANSWER.into(), answerable: false, citations: vec![], notes: "no clues, no kept pages".into() });
     }
     let clues = best_clues(host, question, clues, s.table_rows)?;
@@ -234,8 +260,9 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str, root: &QuestionEvi
          If the table does not hold the answer, write: {NO_ANSWER}",
         if pages_text.is_empty() { String::new() } else { format!("Kept pages:\n{pages_text}") }
     );
-    let mut request = text_request(ANSWER_SYSTEM, &prompt, s.answer_tokens, s.temperature);
-    request.thinking = d == 1 && host.has_thinking();
+    let thinking = d == 1 && host.has_thinking();
+    let mut request = text_request(ANSWER_SYSTEM, &prompt, if thinking { s.thinking_tokens } else { s.answer_tokens }, s.temperature);
+    request.thinking = thinking;
     let reply = host.generate(&request)?.text;
     host.log(LogLevel::Info, &format!("evidence table:\n{table}"));
     host.log(LogLevel::Info, &format!("decision (d = {d}{}): {reply}", if request.thinking { ", thinking model" } else { "" }));
@@ -300,6 +327,7 @@ impl Guest for Sleuth {
             clue_tokens: param(&ctx.params, "clue_tokens", 160)?,
             max_clues: param(&ctx.params, "max_clues", 5)?,
             answer_tokens: param(&ctx.params, "answer_tokens", 96)?,
+            thinking_tokens: param(&ctx.params, "thinking_tokens", 1024)?,
             temperature: param(&ctx.params, "temperature", 0.1)?,
             table_rows: param(&ctx.params, "table_rows", 8)?,
             kept_pages: param(&ctx.params, "kept_pages", true)?,

@@ -18,7 +18,17 @@ fn content(n: u32, blocks: &[&str]) -> PageContent {
 }
 
 fn settings() -> Settings {
-    Settings { page_tokens: 200, clue_tokens: 80, max_clues: 3, answer_tokens: 40, temperature: 0.1, table_rows: 8, kept_pages: true, kept_page_tokens: 50 }
+    Settings {
+        page_tokens: 200,
+        clue_tokens: 80,
+        max_clues: 3,
+        answer_tokens: 40,
+        thinking_tokens: 300,
+        temperature: 0.1,
+        table_rows: 8,
+        kept_pages: true,
+        kept_page_tokens: 50,
+    }
 }
 
 /// Canned replies by call: clues per page, a difficulty, an answer; the requests are kept.
@@ -129,14 +139,29 @@ fn clue_lines_name_blocks_and_regions_of_the_page_or_nothing() {
                  CLUE | b9 | a block that does not exist | x\n\
                  b0 | Net sales 2023: $10.2 billion | the later year\n\
                  some prose without fields\nNONE";
-    let clues = parse_clues(reply, &page, &regions, 10);
+    let clues = parse_clues(reply, &page, &regions, 2, 10);
     assert_eq!(clues.len(), 4, "{clues:?}");
     assert_eq!((clues[0].region.as_str(), clues[0].blocks.as_slice(), clues[0].rationale.as_str()), ("b1", &[1u32][..], "it is labelled 2022"));
     assert_eq!((clues[1].region.as_str(), clues[1].blocks.as_slice(), clues[1].source.as_str()), ("r0", &[0u32, 1][..], "table"));
     assert!(clues[2].region.is_empty() && clues[2].blocks.is_empty(), "a block past the page's end is no place");
     assert_eq!(clues[3].region, "b0");
-    assert_eq!(parse_clues(reply, &page, &regions, 2).len(), 2, "at most max clues");
-    assert!(parse_clues("NONE", &page, &regions, 5).is_empty());
+    assert_eq!(parse_clues(reply, &page, &regions, 2, 2).len(), 2, "at most max clues");
+    assert!(parse_clues("NONE", &page, &regions, 2, 5).is_empty());
+    // A block the prompt did not show (its budget ran out before it) is no place either.
+    let unseen = parse_clues(reply, &page, &regions, 1, 10);
+    assert!(unseen[0].region.is_empty() && unseen[0].blocks.is_empty(), "{unseen:?}");
+    assert_eq!(unseen[3].region, "b0");
+}
+
+#[test]
+fn only_the_blocks_the_prompt_shows_are_numbered() {
+    let page = content(4, &[&"a".repeat(300), &"b".repeat(300), "c"]);
+    let s = Settings { page_tokens: 100, ..settings() };
+    let shown = shown_blocks(&page, &s);
+    assert_eq!(shown.iter().map(String::len).collect::<Vec<_>>(), [300, 100], "400 characters in all");
+    let prompt = clue_prompt("q", &page, &[], &s);
+    assert!(prompt.contains("[b1]") && !prompt.contains("[b2]"));
+    assert!(prompt.contains("| <why:"), "the clue line asks for its rationale");
 }
 
 #[test]
@@ -169,6 +194,15 @@ fn answers_and_their_evidence_rows_are_read_from_the_reply() {
     assert_eq!(rows, vec![(8, "59%".to_string()), (2, "six in ten".to_string())]);
     let (answer, rows) = parse_answer("59% (the share online) | text b5 |");
     assert_eq!((answer.as_str(), rows.len()), ("59% (the share online)", 0));
+    // The word in a sentence is no start of the rows.
+    let (answer, rows) = parse_answer("Based on the evidence, 42 units were sold.\nEVIDENCE | 3 | 42 units");
+    assert_eq!((answer.as_str(), rows), ("Based on the evidence, 42 units were sold.", vec![(3, "42 units".to_string())]));
+    let (answer, _) = parse_answer("The evidence table does not hold the answer.");
+    assert_eq!(answer, "The evidence table does not hold the answer.", "not cut to \"The\"");
+    let (answer, rows) = parse_answer("answer: 7\nEvidence:\n5 | seven wheels");
+    assert_eq!((answer.as_str(), rows), ("7", vec![(5, "seven wheels".to_string())]));
+    assert!(says_nothing_found("No answer found.") && says_nothing_found("no answers found!"));
+    assert!(!says_nothing_found("An answer was found on page 3."));
 }
 
 #[test]
@@ -191,6 +225,7 @@ fn a_hard_question_goes_to_the_thinking_model_and_cites_its_evidence_rows_with_t
     assert_eq!(asked.iter().filter(|r| r.system == CLUE_SYSTEM).count(), 2, "clues from every retrieved page, kept or not");
     let last = asked.last().expect("an answer call");
     assert!(last.thinking && (last.temperature - 0.1).abs() < 1e-6);
+    assert_eq!(last.max_tokens, 300, "the thinking model's budget leaves room for its reasoning");
     assert!(last.prompt.contains("| 4 | Net sales 2023: $10.2 billion (the later year) | text b0 |"), "{}", last.prompt);
     assert!(last.prompt.contains("What answering it needs: involves table calculation."), "Γ_d guides the answer");
     assert!(last.prompt.contains("(page 4)") && !last.prompt.contains("(page 7)"), "only the kept page's text goes along");
@@ -218,6 +253,13 @@ fn nothing_found_is_not_answerable_and_needs_no_answer_call_without_clues_or_kep
     let out = answer(&fake, &settings(), "q", &evidence(&[2], &[2])).expect("answers");
     assert!(!out.answerable && out.citations.is_empty() && out.text == NO_ANSWER);
     assert!(!fake.asked.borrow().last().expect("answer call").thinking, "an easy question stays on the answering model");
+
+    // Kept pages whose text the profile does not send are no context: nothing to answer over.
+    let fake = Fake { clues: vec![], asked: RefCell::new(Vec::new()), ..fake };
+    let s = Settings { kept_pages: false, ..settings() };
+    let out = answer(&fake, &s, "q", &evidence(&[2], &[2])).expect("answers");
+    assert!(!out.answerable && out.text == NO_ANSWER);
+    assert_eq!(fake.asked.borrow().len(), 1, "only the clue call");
 }
 
 #[test]

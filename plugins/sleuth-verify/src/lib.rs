@@ -47,14 +47,20 @@ impl Label {
 }
 
 /// The label and reason of a screening reply: the first of CR, IR or R that stands as a word
-/// (IR before R, since "IR" holds an "R"), and what follows it as the reason.
+/// (IR before R, since "IR" holds an "R"; "R&D" is no label) and is not negated ("not CR"),
+/// and what follows it as the reason.
 pub fn parse_screening(reply: &str) -> Option<(Label, String)> {
     let mut start = None;
+    let mut previous = "";
     for (i, c) in reply.char_indices().chain(std::iter::once((reply.len(), ' '))) {
         match (c.is_ascii_alphanumeric(), start) {
             (true, None) => start = Some(i),
             (false, Some(s)) => {
-                let label = match reply[s..i].to_ascii_uppercase().as_str() {
+                let word = &reply[s..i];
+                let joined = matches!(c, '&' | '/' | '\'') || reply[..s].ends_with(['&', '/', '-']);
+                let negated = previous.eq_ignore_ascii_case("not");
+                let label = match word.to_ascii_uppercase().as_str() {
+                    _ if joined || negated => None,
                     "CR" => Some(Label::Cr),
                     "IR" => Some(Label::Ir),
                     "R" => Some(Label::R),
@@ -64,6 +70,7 @@ pub fn parse_screening(reply: &str) -> Option<(Label, String)> {
                     let reason = reply[i..].trim_start_matches(|c: char| ":-).,".contains(c) || c.is_whitespace());
                     return Some((label, reason.lines().next().unwrap_or("").trim().chars().take(300).collect()));
                 }
+                previous = word;
                 start = None;
             }
             _ => {}
@@ -154,6 +161,9 @@ mod tests {
         assert_eq!(parse_screening("Revenue is reported here"), None);
         assert_eq!(parse_screening("Revenue: R, it gives context"), Some((Label::R, "it gives context".into())));
         assert_eq!(parse_screening(""), None);
+        assert_eq!(parse_screening("R&D spending is listed: IR"), Some((Label::Ir, "".into())), "R&D is no label");
+        assert_eq!(parse_screening("not CR; IR, it names another year"), Some((Label::Ir, "it names another year".into())));
+        assert_eq!(parse_screening("Not R. IR."), Some((Label::Ir, "".into())));
         assert!(Label::Cr.kept() && Label::R.kept() && !Label::Ir.kept());
     }
 
