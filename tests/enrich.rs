@@ -135,6 +135,14 @@ fn enrich_runs_at_ingest_its_artifacts_answer_and_a_parameter_change_is_redone_b
     assert!(doc_cards[0]["page"].is_null());
     assert_eq!(doc_cards[0]["links"].as_array().expect("links").len(), headings.len());
     assert_eq!(set["artifacts"].as_u64(), Some(set["shown"].as_array().expect("shown").len() as u64));
+    // Read as an operator reads it, the set names its cost.
+    let plain = s.ok(&["artifacts", &doc]);
+    let first = plain.lines().next().unwrap_or_default();
+    let calls = set["llm_calls"].as_u64().expect("calls");
+    assert!(
+        first.contains(&format!("{pages}/{pages} pages")) && first.contains(&format!("; {calls} model calls, ")) && first.contains(" s a page)"),
+        "{plain}"
+    );
 
     // The artifacts are searchable: a stage of 0.2.0 answers with the heading that matches,
     // citing its page and block.
@@ -411,7 +419,7 @@ fn a_crop_reaches_the_openai_server_as_the_image_of_that_region_and_thinking_rea
     let thinking = |on: bool| format!("plugin = \"test-artifact-memory\"\nparams = {{ behaviour = \"crop\", x1 = 100, y1 = 100, thinking = {on} }}");
     s.profile("think", "", &thinking(true));
     let v: Value = serde_json::from_str(&s.ok(&["ask", "Think it over", "--profile", "think", "--json"])).expect("JSON");
-    assert!(v["answer"].as_str().is_some_and(|a| a.starts_with("[echo-thinking] You said: Think it over")), "{v}");
+    assert!(v["answer"].as_str().is_some_and(|a| a.starts_with("[echo-thinking] You said: Think it over")), "its reasoning is not the answer: {v}");
     s.profile("think", "", &thinking(false));
     let v: Value = serde_json::from_str(&s.ok(&["ask", "Answer plainly", "--profile", "think", "--json"])).expect("JSON");
     assert!(v["answer"].as_str().is_some_and(|a| a.starts_with("You said: Answer plainly")), "{v}");

@@ -163,14 +163,19 @@ pub fn artifacts(ctx: &Context, args: ArtifactsArgs) -> Result<ExitCode> {
         println!("{} has no artifacts: no profile names an enrich stage, or `evident index` has not run one yet", doc.id);
     }
     for set in &sets {
+        let seconds = set["seconds"].as_f64().unwrap_or(0.0);
+        let pages_done = set["pages_done"].as_u64().unwrap_or(0);
+        let per_page = if pages_done > 0 { format!(" ({:.2} s a page)", seconds / pages_done as f64) } else { String::new() };
         println!(
-            "set {}  {}  {}  {}/{} pages, {} artifacts{}",
+            "set {}  {}  {}  {}/{} pages, {} artifacts; {} model calls, {} tokens, {seconds:.1} s{per_page}{}",
             set["set"].as_str().unwrap_or_default(),
             set["plugin"].as_str().unwrap_or_default(),
             set["state"].as_str().unwrap_or_default(),
             set["pages_done"],
             set["pages"],
             set["artifacts"],
+            set["llm_calls"],
+            set["tokens"],
             set["failure"].as_str().map(|f| format!("\n    {f}")).unwrap_or_default()
         );
         for a in set["shown"].as_array().into_iter().flatten() {

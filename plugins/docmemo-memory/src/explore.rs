@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use stage_kit::v2::types::{Answer, Candidate, Citation, Crop, LogLevel, PageRef};
 use stage_kit::v2::{Host, text_request, uniform};
-use stage_kit::{NOT_ANSWERABLE, answer_paragraph, cited_numbers, says_not_answerable, strip_markers, supporting_texts, text_excerpt};
+use stage_kit::{NOT_ANSWERABLE, answer_paragraph, cited_numbers, focused_excerpt, says_not_answerable, strip_markers, supporting_texts, text_excerpt};
 
 use crate::belief::{BeliefMemory, PageKey, Pick, select};
 use crate::schema::Schema;
@@ -31,6 +31,9 @@ pub struct Settings {
     /// Pages each search scores (the beliefs' universe).
     pub universe: u32,
     pub page_tokens: u32,
+    /// Read each page from the lines that share the question's words (the baseline's
+    /// `excerpt = "focused"`) rather than from its top.
+    pub focused: bool,
     /// Useful pages of earlier rounds read again beside a round's new pages.
     pub carry: usize,
     pub answer_tokens: u32,
@@ -56,6 +59,8 @@ pub struct Round {
     pub query: String,
     pub read: Vec<PageKey>,
     pub useful: Vec<PageKey>,
+    /// The pages the round's answer rests on: its useful new pages and any carried ones.
+    pub cited: Vec<PageKey>,
     /// The round's answer, when it gave one.
     pub answer: Option<String>,
 }
@@ -68,8 +73,8 @@ impl Round {
         let searched = if self.query == question { String::new() } else { format!(" (searching for \"{}\")", self.query) };
         match &self.answer {
             None => format!("Round {number}{searched} read pages {pages}: they do not answer the question."),
-            Some(a) if self.useful.is_empty() => format!("Round {number}{searched} read pages {pages}: they suggested \"{a}\", but no page showed it."),
-            Some(a) => format!("Round {number}{searched} read pages {pages}: pages {} gave \"{a}\".", page_list(&self.useful)),
+            Some(a) if self.cited.is_empty() => format!("Round {number}{searched} read pages {pages}: they suggested \"{a}\", but no page showed it."),
+            Some(a) => format!("Round {number}{searched} read pages {pages}: pages {} gave \"{a}\".", page_list(&self.cited)),
         }
     }
 }
@@ -105,11 +110,11 @@ impl<H: Host> State<'_, H> {
         *self.page_counts.entry(doc.to_string()).or_insert_with(|| host.document(doc).map(|d| d.page_count).unwrap_or(0))
     }
 
-    /// A page as the reasoner reads it, with its section, and the crops of its dense regions
-    /// when the generator takes images.
-    fn read(&mut self, n: usize, page: &PageKey, images: bool) -> Result<(String, String, Vec<Crop>), String> {
+    /// A page as the reasoner reads it, with its section, the text it was shown, and the crops
+    /// of its dense regions when the generator takes images.
+    fn read(&mut self, n: usize, page: &PageKey, question: &str, images: bool) -> Result<(String, String, Vec<Crop>), String> {
         let content = self.host.page(&page_ref(page))?;
-        let text = text_excerpt(&content.text, self.s.page_tokens);
+        let text = if self.s.focused { focused_excerpt(&content.text, question, self.s.page_tokens) } else { text_excerpt(&content.text, self.s.page_tokens) };
         let section = self.schema(&page.0).section_of(page.1).map(|s| format!("; section: {s}")).unwrap_or_default();
         let mut crops = Vec::new();
         if images {
@@ -121,7 +126,7 @@ impl<H: Host> State<'_, H> {
                 }
             }
         }
-        Ok((format!("[{n}] (page {}{section})\n{text}\n", page.1), content.text, crops))
+        Ok((format!("[{n}] (page {}{section})\n{text}\n", page.1), text, crops))
     }
 }
 
@@ -154,12 +159,13 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
         carried.sort_by(|a, b| beliefs.get(b).mean().total_cmp(&beliefs.get(a).mean()));
         carried.truncate(s.carry);
         let shown: Vec<PageKey> = carried.into_iter().chain(picks.iter().map(|p| p.page.clone())).collect();
+        // A page is judged useful on the text the reasoner was shown, never on lines cut from it.
         let (mut prompt_pages, mut texts, mut crops) = (String::new(), Vec::new(), Vec::new());
         for (i, page) in shown.iter().enumerate() {
-            let (shown_text, full, page_crops) = state.read(i + 1, page, images)?;
-            prompt_pages.push_str(&shown_text);
+            let (entry, excerpt, page_crops) = state.read(i + 1, page, question, images)?;
+            prompt_pages.push_str(&entry);
             prompt_pages.push('\n');
-            texts.push(full);
+            texts.push(excerpt);
             crops.extend(page_crops);
         }
         let notes: String = episodes.iter().enumerate().map(|(i, e)| format!("- {}\n", e.note(i + 1, question))).collect();
@@ -183,7 +189,7 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
         beliefs.propagate(&useful, s.radius, s.decay, |d| counts.get(d).copied().unwrap_or(0));
         read.extend(new.iter().cloned());
         useful_so_far.extend(useful.iter().cloned());
-        let round = Round { query: query.clone(), read: new, useful, answer: (!na).then(|| text.clone()) };
+        let round = Round { query: query.clone(), read: new, useful, cited: cited.clone(), answer: (!na).then(|| text.clone()) };
         host.log(
             LogLevel::Info,
             &format!(

@@ -49,6 +49,7 @@ pub fn settings(params: &[Param]) -> Result<explore::Settings, String> {
         alpha: param(params, "alpha", 0.5)?,
         universe: param(params, "universe", 1000)?,
         page_tokens: param(params, "page_tokens", 800)?,
+        focused: stage_kit::choice("excerpt", &param(params, "excerpt", "first".to_string())?, &[("first", false), ("focused", true)])?,
         carry: param(params, "carry", 2)?,
         answer_tokens: param(params, "answer_tokens", 96)?,
         query_tokens: param(params, "query_tokens", 24)?,

@@ -170,6 +170,60 @@ fn an_answer_no_page_shows_is_given_uncited() {
     assert_eq!(answer.text, "Seventy-seven");
 }
 
+#[test]
+fn the_same_seed_repeats_a_whole_run() {
+    let run = || {
+        let host = host(reply_by_page);
+        let answer = explore::answer(&host, &settings(), "How many units did Europe sell?").expect("answers");
+        let logged = host.logged.borrow().clone();
+        (answer.text, answer.citations.iter().map(|c| c.page.page).collect::<Vec<_>>(), logged)
+    };
+    let (first, second) = (run(), run());
+    assert!(first.2.iter().any(|l| l.starts_with("beliefs round 2")), "{:?}", first.2);
+    assert_eq!(first, second, "the beliefs, draws, pages and answer of every round repeat");
+}
+
+/// Twelve pages, each with a long first block and the figure in its second.
+fn late_figure_host(reply: stage_kit::fake::Replier) -> FakeHost {
+    let pages = (1..=12).map(|p| page(p, &["Nothing here but a long first block of words.", "Europe sold 4,210 units."])).collect();
+    let mut host = FakeHost::new("Report", 12, pages, 3, reply);
+    host.search = Box::new(|_| candidates(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]));
+    host
+}
+
+#[test]
+fn a_page_is_useful_only_for_what_the_reasoner_was_shown() {
+    // The figure lies past the excerpt the reasoner reads: an answer naming it rests on no page.
+    let host = late_figure_host(Box::new(|r| if r.system == explore::SYSTEM { "4,210 units.".into() } else { "q2".into() }));
+    let s = Settings { page_tokens: 5, ..settings() };
+    let answer = explore::answer(&host, &s, "How many units did Europe sell?").expect("answers");
+    assert!(answer.answerable && answer.citations.is_empty(), "{answer:?}");
+    // With the page whole, the same answer rests on the first page read.
+    let host = late_figure_host(Box::new(|r| if r.system == explore::SYSTEM { "4,210 units.".into() } else { "q2".into() }));
+    let answer = explore::answer(&host, &settings(), "How many units did Europe sell?").expect("answers");
+    assert!(!answer.citations.is_empty(), "{answer:?}");
+}
+
+#[test]
+fn a_round_whose_answer_rests_on_a_carried_page_says_so_in_its_note() {
+    let round = explore::Round { query: "q".into(), read: vec![key(4), key(5)], useful: vec![], cited: vec![key(2)], answer: Some("7".into()) };
+    assert_eq!(round.note(2, "q"), "Round 2 read pages 4, 5: pages 2 gave \"7\".");
+    let unsupported = explore::Round { cited: vec![], ..round };
+    assert!(unsupported.note(2, "q").ends_with("but no page showed it."));
+}
+
+#[test]
+fn a_focused_reading_keeps_the_lines_that_share_the_question_s_words() {
+    let host = late_figure_host(Box::new(|r| if r.prompt.contains("4,210") { "4,210 units [1].".into() } else { "NOT_ANSWERABLE".into() }));
+    let s = Settings { page_tokens: 8, focused: true, ..settings() };
+    let answer = explore::answer(&host, &s, "How many units did Europe sell?").expect("answers");
+    assert_eq!((answer.text.as_str(), answer.citations.len()), ("4,210 units.", 1), "{answer:?}");
+    let host = late_figure_host(Box::new(|r| if r.prompt.contains("4,210") { "4,210 units [1].".into() } else { "NOT_ANSWERABLE".into() }));
+    let answer = explore::answer(&host, &Settings { focused: false, ..s }, "How many units did Europe sell?").expect("answers");
+    assert!(!answer.answerable, "read from the top, the same budget stops before the figure");
+    assert!(super::settings(&[Param { key: "excerpt".into(), value: "middle".into() }]).is_err());
+}
+
 fn section(key: &str, path: &str, level: u32, start: u32, end: u32) -> StoredArtifact {
     let f = |k: &str, v: u32| Param { key: k.into(), value: v.to_string() };
     StoredArtifact {
@@ -197,7 +251,7 @@ fn the_schema_names_a_page_s_innermost_section_and_its_outline_fits_the_budget()
     assert_eq!(schema.section_of(1), None);
     assert_eq!(schema.summary(4), Some("Sales by quarter."));
     assert_eq!(schema.outline(100), "- Results (pages 3-9)\n- Results > Sales (pages 4-5)");
-    assert_eq!(schema.outline(8), "- Results (pages 3-9)", "deeper levels go first when the budget is short");
+    assert_eq!(schema.outline(8), "- Results (pages 3-9)", "shallower levels are kept when the budget is short");
 }
 
 #[test]
