@@ -76,11 +76,14 @@ If the answer cannot be determined from the provided data, clearly say you don't
 Avoid unnecessary explanations-respond concisely and directly. \
 Present the final output in the format: Final Answer: [your answer]";
 
-/// The answer after the reply's last "Final Answer:" (the whole reply without one), or `None`
-/// when it says it does not know.
-pub fn final_answer(reply: &str) -> Option<String> {
+/// The answer after the reply's last "Final Answer:" (the whole reply without one, when the
+/// model stopped by itself: a reply cut off at `answer_tokens` before its final answer is
+/// reasoning, not an answer), or `None` when it says it does not know ("not specified", "no
+/// information" and the like say so too).
+pub fn final_answer(reply: &str, finished: bool) -> Option<String> {
     let text = match reply.rfind("Final Answer:") {
         Some(at) => &reply[at + "Final Answer:".len()..],
+        None if !finished => return None,
         None => reply,
     };
     let text = strip_markers(text);
@@ -88,7 +91,24 @@ pub fn final_answer(reply: &str) -> Option<String> {
     // The prompt's "[your answer]" is sometimes copied with its brackets.
     let text = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')).filter(|t| !t.contains(['[', ']'])).unwrap_or(text).trim();
     let lower = text.to_lowercase().replace('’', "'");
-    let abstains = ["don't know", "do not know", "cannot be determined", "can't be determined", "not answerable", "not_answerable", "unanswerable"];
+    let abstains = [
+        "don't know",
+        "do not know",
+        "cannot be determined",
+        "can't be determined",
+        "not answerable",
+        "not_answerable",
+        "unanswerable",
+        "not specified",
+        "not mentioned",
+        "not provided",
+        "not stated",
+        "no information",
+        "does not provide",
+        "does not mention",
+        "do not provide",
+        "do not mention",
+    ];
     (!text.is_empty() && !abstains.iter().any(|a| lower.contains(a))).then(|| text.to_string())
 }
 
@@ -149,9 +169,11 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
         })
         .collect();
     let prompt = format!("Question: {question}\n\nData:\n{}\n\nCite the numbers [n] of the data you use.", listed.join("\n\n"));
-    let reply = host.generate(&text_request(SYSTEM, &prompt, s.answer_tokens, s.temperature))?.text;
-    let Some(text) = final_answer(&reply) else {
-        return Ok(not_answerable(format!("read {} chunks; the model did not know", context.len())));
+    let generation = host.generate(&text_request(SYSTEM, &prompt, s.answer_tokens, s.temperature))?;
+    let reply = generation.text;
+    let Some(text) = final_answer(&reply, generation.finished) else {
+        let why = if generation.finished { "the model did not know" } else { "the reply ran out of tokens before its final answer" };
+        return Ok(not_answerable(format!("read {} chunks; {why}", context.len())));
     };
     let mut cited = cited_numbers(&reply, context.len());
     if cited.is_empty() {

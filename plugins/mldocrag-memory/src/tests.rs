@@ -137,16 +137,31 @@ fn the_top_5_chunks_go_into_the_paper_s_prompt_in_score_order_and_their_pages_ar
 
 #[test]
 fn final_answer_is_read_after_its_marker_and_dont_know_abstains() {
-    assert_eq!(final_answer("Reasoning... Final Answer: 59%").as_deref(), Some("59%"));
-    assert_eq!(final_answer("Final Answer: [59%]").as_deref(), Some("59%"));
-    assert_eq!(final_answer("Final Answer: 59% [3]").as_deref(), Some("59%"));
-    assert_eq!(final_answer("Just 59%").as_deref(), Some("Just 59%"));
-    for abstain in ["Final Answer: I don't know.", "Final Answer: I don’t know", "It cannot be determined from the data.", "Final Answer:", ""] {
-        assert_eq!(final_answer(abstain), None, "{abstain:?}");
+    assert_eq!(final_answer("Reasoning... Final Answer: 59%", true).as_deref(), Some("59%"));
+    assert_eq!(final_answer("Final Answer: [59%]", true).as_deref(), Some("59%"));
+    assert_eq!(final_answer("Final Answer: 59% [3]", true).as_deref(), Some("59%"));
+    assert_eq!(final_answer("Just 59%", true).as_deref(), Some("Just 59%"));
+    assert_eq!(final_answer("The table [2] lists 41% and then", false), None, "reasoning cut off before its final answer");
+    assert_eq!(final_answer("Reasoning [2]... Final Answer: 59", false).as_deref(), Some("59"));
+    for abstain in [
+        "Final Answer: I don't know.",
+        "Final Answer: I don’t know",
+        "It cannot be determined from the data.",
+        "Final Answer:",
+        "",
+        "Final Answer: The average number of words is not specified in the given text.",
+        "Final Answer: The data provides no information on 2019.",
+    ] {
+        assert_eq!(final_answer(abstain, true), None, "{abstain:?}");
     }
     let h = host(seven(), |_| "Final Answer: I don't know".into());
     let got = answer(&h, &settings(&[]).unwrap(), QUESTION).unwrap();
     assert_eq!((got.answerable, got.citations.len()), (false, 0));
+    // Reasoning that runs past answer_tokens, citing as it goes, answers nothing and cites nothing.
+    let h = host(seven(), |_| "Chunk [1] gives the figure for 2022 and chunk [2] the one for 2023, so the change is".into());
+    let got = answer(&h, &settings(&[Param { key: "answer_tokens".into(), value: "8".into() }]).unwrap(), QUESTION).unwrap();
+    assert_eq!((got.answerable, got.citations.len()), (false, 0), "{got:?}");
+    assert!(got.notes.contains("ran out of tokens"), "{}", got.notes);
 }
 
 #[test]

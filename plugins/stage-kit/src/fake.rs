@@ -126,7 +126,13 @@ impl Host for FakeHost {
     }
     fn generate(&self, request: &GenerateRequest) -> Result<Generation, String> {
         self.asked.borrow_mut().push(request.clone());
-        Ok(Generation { text: (self.reply)(request), prompt_tokens: 1, completion_tokens: 1, finished: true })
+        // A word a token: a reply longer than `max_tokens` words is cut there, as a model's is.
+        let full = (self.reply)(request);
+        let words = full.split_whitespace().count();
+        let limit = request.max_tokens as usize;
+        let finished = words <= limit;
+        let text = if finished { full } else { full.split_whitespace().take(limit).collect::<Vec<_>>().join(" ") };
+        Ok(Generation { text, prompt_tokens: 1, completion_tokens: words.min(limit) as u32, finished })
     }
     fn score_choices(&self, _: &str, _: &str, choices: &[String]) -> Result<Vec<f32>, String> {
         Ok(vec![-1.0; choices.len()])
