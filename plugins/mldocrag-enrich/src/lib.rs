@@ -82,13 +82,17 @@ pub fn enrich_page(host: &impl Host, s: &Settings, page: &PageContent) -> Result
     let mut out = Vec::new();
     for (i, c) in chunks.iter().enumerate() {
         let key = format!("c{n}_{i}");
-        let pairs = if c.content.trim().is_empty() {
+        let request = mdoc2query::request(host, &page.page, c, s.max_queries, s.query_tokens);
+        // A chunk with no text is still read when its crop goes along (a picture without a
+        // caption); then an answer read off the image need not be in the text.
+        let seen = !request.crops.is_empty();
+        let pairs = if c.content.trim().is_empty() && !seen {
             Vec::new()
         } else {
-            let reply = host.generate(&mdoc2query::request(host, &page.page, c, s.max_queries, s.query_tokens))?;
+            let reply = host.generate(&request)?;
             let mut pairs = mdoc2query::parse_pairs(&reply.text, s.max_queries as usize);
             let written = pairs.len();
-            pairs.retain(|p| mdoc2query::grounded(&p.answer, &c.content));
+            pairs.retain(|p| seen || mdoc2query::grounded(&p.answer, &c.content));
             if written == 0 {
                 host.log(LogLevel::Warn, &format!("page {n} chunk {i}: the reply held no query-answer pair"));
             } else if pairs.len() < written {

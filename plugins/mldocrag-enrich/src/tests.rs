@@ -159,6 +159,20 @@ fn crops_go_along_only_when_the_generator_takes_images() {
 }
 
 #[test]
+fn a_picture_without_text_is_read_only_through_its_crop() {
+    let pages = vec![page(1, &[])];
+    let mut h = FakeHost::new("Doc", 1, pages, 1, Box::new(|_: &GenerateRequest| reply_with(2)));
+    h.regions = vec![(PageRef { document: "d".into(), page: 1 }, region("image", "", vec![], (10.0, 18.0, 500.0, 400.0)))];
+    let queries = |out: &[Artifact]| out.iter().filter(|a| a.kind != "chunk").count();
+    let out = enrich_page(&h, &settings(), &h.pages[0]).unwrap();
+    assert!(h.asked.borrow().is_empty() && queries(&out) == 0, "a text-only model has nothing to read: {out:?}");
+    h.images = true;
+    let out = enrich_page(&h, &settings(), &h.pages[0]).unwrap();
+    assert_eq!(h.asked.borrow().len(), 1);
+    assert_eq!(queries(&out), 2, "what is read off the image need not be in the chunk's text: {out:?}");
+}
+
+#[test]
 fn settings_refuse_what_cannot_work() {
     let p = |k: &str, v: &str| vec![Param { key: k.into(), value: v.into() }];
     assert!(Settings::from(&p("node_text", "answer")).is_err());
