@@ -84,9 +84,10 @@ pub fn shown_blocks(content: &PageContent, s: &Settings) -> Vec<String> {
     blocks
 }
 
-/// The page as the clue finder reads it: numbered blocks and regions.
-pub fn clue_prompt(question: &str, content: &PageContent, regions: &[Region], s: &Settings) -> String {
-    let blocks: Vec<String> = shown_blocks(content, s).iter().enumerate().map(|(i, text)| format!("[b{i}] {text}")).collect();
+/// The page as the clue finder reads it: its `shown` blocks ([`shown_blocks`]) numbered, and
+/// its regions.
+pub fn clue_prompt(question: &str, content: &PageContent, shown: &[String], regions: &[Region], s: &Settings) -> String {
+    let blocks: Vec<String> = shown.iter().enumerate().map(|(i, text)| format!("[b{i}] {text}")).collect();
     let regions: Vec<String> = regions
         .iter()
         .enumerate()
@@ -208,8 +209,9 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str, root: &QuestionEvi
     for c in &root.evidence {
         let content = host.page(&c.page)?;
         let regions = host.regions(&c.page).unwrap_or_default();
-        let reply = host.generate(&text_request(CLUE_SYSTEM, &clue_prompt(question, &content, &regions, s), s.clue_tokens, s.temperature))?.text;
-        let found = parse_clues(&reply, &content, &regions, shown_blocks(&content, s).len(), s.max_clues);
+        let shown = shown_blocks(&content, s);
+        let reply = host.generate(&text_request(CLUE_SYSTEM, &clue_prompt(question, &content, &shown, &regions, s), s.clue_tokens, s.temperature))?.text;
+        let found = parse_clues(&reply, &content, &regions, shown.len(), s.max_clues);
         for clue in &found {
             host.log(
                 LogLevel::Info,

@@ -159,7 +159,7 @@ fn only_the_blocks_the_prompt_shows_are_numbered() {
     let s = Settings { page_tokens: 100, ..settings() };
     let shown = shown_blocks(&page, &s);
     assert_eq!(shown.iter().map(String::len).collect::<Vec<_>>(), [300, 100], "400 characters in all");
-    let prompt = clue_prompt("q", &page, &[], &s);
+    let prompt = clue_prompt("q", &page, &shown, &[], &s);
     assert!(prompt.contains("[b1]") && !prompt.contains("[b2]"));
     assert!(prompt.contains("| <why:"), "the clue line asks for its rationale");
 }
