@@ -174,7 +174,8 @@ pub fn answer(host: &impl Host, s: &Settings, question: &str) -> Result<Answer, 
     let text = strip_markers(&reply);
     let mut cited = cited_numbers(&reply, order.len());
     if cited.is_empty() {
-        let texts: Vec<&str> = order.iter().map(|&u| tree.units[u].1.text.as_str()).collect();
+        // Only what the prompt held can support the answer.
+        let texts: Vec<&str> = order.iter().map(|&u| packed.text_of(&tree, u)).collect();
         cited = supporting_texts(&text, &texts);
     }
     let mut citations: Vec<Citation> = Vec::new();

@@ -31,6 +31,16 @@ pub struct Packed {
     pub tokens: u32,
 }
 
+impl Packed {
+    /// Unit `u`'s text as the prompt holds it: cut, if it was cut to fit.
+    pub fn text_of<'a>(&'a self, tree: &'a Tree, u: usize) -> &'a str {
+        match &self.cut {
+            Some((c, cut)) if *c == u => cut,
+            _ => &tree.units[u].1.text,
+        }
+    }
+}
+
 /// One packed unit as a line of the prompt.
 fn item_line(tree: &Tree, u: usize, text: &str, number: usize) -> String {
     let (_, unit) = &tree.units[u];
@@ -130,11 +140,8 @@ pub fn serialise(tree: &Tree, packed: &Packed) -> (String, Vec<usize>) {
         }
         for u in members {
             order.push(u);
-            let body = match &packed.cut {
-                Some((c, cut)) if *c == u => cut.clone(),
-                _ => tree.units[u].1.text.clone(),
-            };
-            text.push_str(&item_line(tree, u, &body.split_whitespace().collect::<Vec<_>>().join(" "), order.len()));
+            let body = packed.text_of(tree, u).split_whitespace().collect::<Vec<_>>().join(" ");
+            text.push_str(&item_line(tree, u, &body, order.len()));
             text.push('\n');
         }
         text.push('\n');

@@ -270,6 +270,8 @@ fn packing_never_passes_the_budget_skips_what_does_not_fit_and_cuts_a_lone_ancho
     assert_eq!(packed.units, [tree.place("a", "u1_1").unwrap()]);
     let (_, cut) = packed.cut.clone().expect("the anchor is cut");
     assert!(cut.ends_with(" ...") && cut.len() < "Sales grew in every region last year.".len(), "{cut:?}");
+    let anchor = tree.place("a", "u1_1").unwrap();
+    assert_eq!(packed.text_of(&tree, anchor), cut, "the cut text is what the prompt holds");
     // With room for both anchors but not their siblings, the smaller items still go in.
     let packed = pack::pack(&h, &tree, &ranked, &scores, pack::Limits { sections: 2, associates: 3, budget: 50 });
     assert!(packed.units.len() >= 2 && packed.cut.is_none());
