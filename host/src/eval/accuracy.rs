@@ -5,8 +5,9 @@
 //! figure (the first one marked as the gold is, a percentage for a percentage; years skipped
 //! unless the gold is one) within a relative tolerance; a list is compared as a set of items, and
 //! an answer naming many more items than the gold has does not pass; a short string by
-//! containment in the short form (as whole words) or string similarity (never similarity for
-//! the forms MMLongBench-Doc matches exactly: dates, times, addresses); a long gold answer
+//! containment in the short form, or in what it quotes, (as whole words) or string similarity
+//! (never similarity for the forms MMLongBench-Doc matches exactly: dates, times, addresses);
+//! a long gold answer
 //! (FinanceBench's explanations) by the short form's yes/no and its first figure that is not a
 //! year, a date's day or a figure the question states, among the answer's first three, or, with
 //! neither (a phrase or a definition), as a short string is;
@@ -180,6 +181,14 @@ fn contains_words(text: &str, part: &str) -> bool {
     !part.is_empty() && text.windows(part.len()).any(|w| w == part.as_slice())
 }
 
+/// The first phrase a text puts in double quotes ("..." or “...”), if any.
+fn quoted(text: &str) -> Option<String> {
+    let open = text.find(['"', '“'])?;
+    let rest = &text[open + text[open..].chars().next()?.len_utf8()..];
+    let close = rest.find(['"', '”'])?;
+    Some(rest[..close].trim().to_string()).filter(|q| q.chars().any(char::is_alphanumeric))
+}
+
 /// Whether a gold is one that MMLongBench-Doc compares exactly, never by similarity: a date
 /// ("2021-02-08", "2021 02"), a number with one group ("555-0134"), a time ("9 a.m."), a web or
 /// e-mail address, a file name, a page label. Half of a date's characters agreeing is not half
@@ -245,6 +254,13 @@ fn judge(question: &str, predicted: &str, predicted_answerable: bool, gold: &str
     }
     let short = short_form(predicted);
     let (p, g) = (normalise(&short), normalise(gold));
+    // A string answer is the short form, or what it quotes: "The title is \"X\"." answers X, as
+    // the benchmark's extraction step would take it.
+    let quoted = quoted(&short).map(|q| normalise(&q));
+    let names = |exact: bool| {
+        let matches = |p: &str| contains_words(p, &g) || (!exact && similarity(p, &g) >= 0.5);
+        matches(&p) || quoted.as_deref().is_some_and(matches)
+    };
     if let Some(items) = list_items(gold) {
         // A list may run over lines: the whole answer, without markers, item by item.
         let whole = normalise(&without_citations(predicted));
@@ -263,7 +279,7 @@ fn judge(question: &str, predicted: &str, predicted_answerable: bool, gold: &str
         if let [value] = gold_numbers.as_slice() {
             return stated_figure(&short, gold, *value).is_some_and(|v| close(v, *value));
         }
-        return contains_words(&p, &g) || (!exact_form(gold) && similarity(&p, &g) >= 0.5);
+        return names(exact_form(gold));
     }
     // A long, explained gold answer: its yes/no and its first figure must agree.
     if let Some(yes) = yes_no(gold)
@@ -284,7 +300,7 @@ fn judge(question: &str, predicted: &str, predicted_answerable: bool, gold: &str
         // A phrase or a definition (MMLongBench-Doc's longer string answers): the short form,
         // which is what the benchmark's extraction step would compare, as for a short gold (the
         // whole answer, compared before, passed any answer holding the gold at half its length).
-        None => yes_no(gold).is_some() || contains_words(&p, &g) || similarity(&p, &g) >= 0.5,
+        None => yes_no(gold).is_some() || names(false),
     }
 }
 
@@ -381,6 +397,21 @@ mod tests {
         assert!(is_correct("In 2022 revenue was $5.3 billion.", true, "5.3", true), "a year is not the stated figure");
         assert!(is_correct("It fell from 30 to 24.3%.", true, "24.26%", true), "a percentage for a percentage");
         assert!(is_correct("It was founded in 1998.", true, "1998", true));
+    }
+
+    #[test]
+    fn a_string_answer_may_be_what_the_short_form_quotes() {
+        let gold = "Discrimination in the Workplace Continues";
+        assert!(is_correct("The title of the case study given under Unit 8 in the table is \"Discrimination in the Workplace\".", true, gold, true));
+        assert!(!is_correct("The title of the case study given under Unit 8 in the table is \"Hiring Practices\".", true, gold, true));
+        assert!(
+            !is_correct("The title of the case study given under Unit 8 in the table is Discrimination.", true, gold, true),
+            "the sentence alone is too far"
+        );
+        assert!(is_correct("It is called “Strategy Map”.", true, "Strategy Map", true));
+        assert!(!is_correct("It is \"2017-03-10\".", true, "2021-02-08", true), "a quoted date is still compared exactly");
+        assert_eq!(quoted("no quotes here"), None);
+        assert_eq!(quoted("an \"\" empty pair"), None);
     }
 
     #[test]
