@@ -116,7 +116,9 @@ pub fn parse_clues(reply: &str, content: &PageContent, regions: &[Region], shown
         if fields.first().is_some_and(|f| f.eq_ignore_ascii_case("clue") || f.is_empty()) {
             fields.remove(0);
         }
-        if fields.len() < 2 || fields[1].is_empty() || fields[1].eq_ignore_ascii_case("none") {
+        // The prompt's own placeholders ("<the words or figures, ...>") copied back are no clue.
+        let placeholder = |f: &str| f.starts_with('<') && f.ends_with('>');
+        if fields.len() < 2 || fields[1].is_empty() || fields[1].eq_ignore_ascii_case("none") || placeholder(fields[1]) {
             continue;
         }
         let place = fields[0].trim_matches(|c: char| c == '[' || c == ']').to_ascii_lowercase();

@@ -147,6 +147,8 @@ fn clue_lines_name_blocks_and_regions_of_the_page_or_nothing() {
     assert_eq!(clues[3].region, "b0");
     assert_eq!(parse_clues(reply, &page, &regions, 2, 2).len(), 2, "at most max clues");
     assert!(parse_clues("NONE", &page, &regions, 2, 5).is_empty());
+    let copied = "CLUE | b0 | <the words or figures, copied from the page> | <what they tell about the question>";
+    assert!(parse_clues(copied, &page, &regions, 2, 5).is_empty(), "the prompt's placeholders are no clue");
     // A block the prompt did not show (its budget ran out before it) is no place either.
     let unseen = parse_clues(reply, &page, &regions, 1, 10);
     assert!(unseen[0].region.is_empty() && unseen[0].blocks.is_empty(), "{unseen:?}");
