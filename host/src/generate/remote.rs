@@ -96,6 +96,42 @@ fn without_reasoning(text: &str) -> String {
     }
 }
 
+/// Holds back a streamed reply's leading `<think>...</think>` so that a listener sees only the
+/// answer, as [`without_reasoning`] leaves it in the final text.
+#[derive(Default)]
+struct ReasoningFilter {
+    held: String,
+    /// Whether the reply is past any reasoning (or has none), so pieces pass straight on.
+    open: bool,
+}
+
+impl ReasoningFilter {
+    /// What of `piece` a listener may see now.
+    fn push(&mut self, piece: &str) -> String {
+        if self.open {
+            return piece.to_string();
+        }
+        self.held.push_str(piece);
+        let start = self.held.trim_start();
+        if "<think>".starts_with(start) {
+            return String::new(); // still possibly the start of the tag
+        }
+        if !start.starts_with("<think>") {
+            self.open = true;
+            return std::mem::take(&mut self.held);
+        }
+        match start.find("</think>") {
+            Some(end) => {
+                self.open = true;
+                let rest = start[end + "</think>".len()..].trim_start().to_string();
+                self.held.clear();
+                rest
+            }
+            None => String::new(),
+        }
+    }
+}
+
 fn read_json(resp: ureq::http::Response<ureq::Body>) -> Result<Value, GenerateError> {
     let text = resp.into_body().read_to_string().map_err(|e| GenerateError::BadResponse(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| GenerateError::BadResponse(format!("not JSON ({e})")))
@@ -140,6 +176,7 @@ impl Generator for RemoteGenerator {
         let reader = BufReader::new(resp.into_body().into_reader());
         let mut generation = Generation { text: String::new(), prompt_tokens: 0, completion_tokens: 0, finish: FinishReason::Stop };
         let mut chunks = 0;
+        let mut shown = ReasoningFilter::default();
         for line in reader.lines() {
             let line = line.map_err(|e| GenerateError::BadResponse(format!("the stream broke off: {e}")))?;
             let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
@@ -148,7 +185,10 @@ impl Generator for RemoteGenerator {
             }
             let v: Value = serde_json::from_str(data).map_err(|e| GenerateError::BadResponse(format!("a stream event is not JSON ({e})")))?;
             if let Some(piece) = v["choices"][0]["delta"]["content"].as_str().filter(|p| !p.is_empty()) {
-                on_text(piece);
+                let visible = shown.push(piece);
+                if !visible.is_empty() {
+                    on_text(&visible);
+                }
                 generation.text.push_str(piece);
                 chunks += 1;
             }
@@ -207,12 +247,26 @@ impl Generator for RemoteGenerator {
 
 #[cfg(test)]
 mod tests {
-    use super::without_reasoning;
+    use super::{ReasoningFilter, without_reasoning};
 
     #[test]
     fn a_thinking_models_reasoning_is_not_its_answer() {
         assert_eq!(without_reasoning("<think>\n8.8 is on page 4.\n</think>\n\n$8.8 billion"), "$8.8 billion");
         assert_eq!(without_reasoning("  <think>still reasoning when the budget ran out"), "", "no answer yet");
         assert_eq!(without_reasoning("$8.8 billion, see <think> below"), "$8.8 billion, see <think> below");
+    }
+
+    #[test]
+    fn a_streamed_reply_shows_only_what_follows_the_reasoning() {
+        let stream = |pieces: &[&str]| {
+            let mut filter = ReasoningFilter::default();
+            pieces.iter().map(|p| filter.push(p)).collect::<String>()
+        };
+        assert_eq!(stream(&["<th", "ink>8.8 is on", " page 4.</th", "ink>\n\n$8.8", " billion"]), "$8.8 billion");
+        assert_eq!(stream(&["$8.8", " billion"]), "$8.8 billion");
+        assert_eq!(stream(&["<", "b>bold</b>"]), "<b>bold</b>", "another tag is shown whole");
+        assert_eq!(stream(&["<think>cut off while reasoning"]), "");
+        let whole = "<think>8.8 is on page 4.</think>\n\n$8.8 billion";
+        assert_eq!(stream(&[whole]), without_reasoning(whole), "the stream shows what the final text keeps");
     }
 }
