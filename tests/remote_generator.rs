@@ -67,6 +67,14 @@ fn streams_text_and_sends_page_images_as_data_urls() {
     assert_eq!(pieces.concat(), out.text);
     assert_eq!((out.prompt_tokens, out.completion_tokens), (7, pieces.len()), "usage from the final event");
 
+    // A thinking model's reasoning, streamed before its answer, reaches neither the listener
+    // nor the final text.
+    let thinking = server.client("echo-thinking", 10, 0);
+    let mut pieces = Vec::new();
+    let out = thinking.generate(&GenerateRequest::user("Think it over", 64), None, &mut |p| pieces.push(p.to_string())).expect("generates");
+    assert!(out.text.starts_with("[echo-thinking] You said: Think it over"), "{}", out.text);
+    assert_eq!(pieces.concat(), out.text);
+
     // A model configured without images gets text only.
     let text_only = RemoteGenerator::new(RemoteConfig { images: false, ..config_of(&server, "echo") });
     let out = text_only.generate(&request, None, &mut |_| {}).expect("generates");
