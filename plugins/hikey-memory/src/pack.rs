@@ -61,10 +61,13 @@ pub fn pack(host: &impl Host, tree: &Tree, ranked: &[RankedSection], scores: &[f
     let mut packed = Packed { units: Vec::new(), cut: None, tokens: 0 };
     let mut paths: HashSet<usize> = HashSet::new();
     let mut taken: HashSet<usize> = HashSet::new();
+    // An item's line and newline; the first of a section's group also brings its header line
+    // and the blank line that closes the group in [`serialise`].
     let cost = |u: usize, text: &str, paths: &HashSet<usize>| {
         let s = tree.section_of[u];
-        let header = if s != usize::MAX && !paths.contains(&s) { host.count_tokens(&header_line(tree.sections[s].path())) + 1 } else { 0 };
-        header + host.count_tokens(&item_line(tree, u, text, PRICED_NUMBER)) + 1
+        let new_group = !paths.contains(&s);
+        let header = if s != usize::MAX && new_group { host.count_tokens(&header_line(tree.sections[s].path())) + 1 } else { 0 };
+        header + u32::from(new_group) + host.count_tokens(&item_line(tree, u, text, PRICED_NUMBER)) + 1
     };
     let add = |u: usize, packed: &mut Packed, paths: &mut HashSet<usize>, taken: &mut HashSet<usize>, may_cut: bool| {
         if taken.contains(&u) {

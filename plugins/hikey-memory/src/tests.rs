@@ -263,6 +263,7 @@ fn packing_never_passes_the_budget_skips_what_does_not_fit_and_cuts_a_lone_ancho
         let (text, _) = pack::serialise(&tree, &packed);
         assert!(packed.tokens <= budget, "{} > {budget}", packed.tokens);
         assert!(h.count_tokens(&text) <= budget.max(packed.tokens), "{budget}: {text:?}");
+        assert!(text.lines().count() as u32 <= packed.tokens, "{budget}: every line, blank ones too, is paid for: {text:?}");
     }
     // 15 tokens (the fake counts four characters a token): the first anchor with its header
     // takes 20 whole, so it is cut; nothing else fits.
