@@ -120,15 +120,17 @@ impl ReasoningFilter {
             self.open = true;
             return std::mem::take(&mut self.held);
         }
-        match start.find("</think>") {
-            Some(end) => {
-                self.open = true;
-                let rest = start[end + "</think>".len()..].trim_start().to_string();
-                self.held.clear();
-                rest
-            }
-            None => String::new(),
+        if start.contains("</think>") {
+            self.open = true;
+            return without_reasoning(&std::mem::take(&mut self.held));
         }
+        String::new()
+    }
+
+    /// What is still held when the stream ends: a reply that never left its reasoning has no
+    /// answer, and one that was only the start of the tag ("<th") is shown as it is.
+    fn finish(&mut self) -> String {
+        if self.open { String::new() } else { without_reasoning(&std::mem::take(&mut self.held)) }
     }
 }
 
@@ -188,8 +190,8 @@ impl Generator for RemoteGenerator {
                 let visible = shown.push(piece);
                 if !visible.is_empty() {
                     on_text(&visible);
+                    generation.text.push_str(&visible);
                 }
-                generation.text.push_str(piece);
                 chunks += 1;
             }
             if let Some(finish) = finish_of(&v["choices"][0]["finish_reason"]) {
@@ -203,7 +205,11 @@ impl Generator for RemoteGenerator {
         if generation.completion_tokens == 0 {
             generation.completion_tokens = chunks;
         }
-        generation.text = without_reasoning(&generation.text);
+        let rest = shown.finish();
+        if !rest.is_empty() {
+            on_text(&rest);
+            generation.text.push_str(&rest);
+        }
         Ok(generation)
     }
 
@@ -260,12 +266,14 @@ mod tests {
     fn a_streamed_reply_shows_only_what_follows_the_reasoning() {
         let stream = |pieces: &[&str]| {
             let mut filter = ReasoningFilter::default();
-            pieces.iter().map(|p| filter.push(p)).collect::<String>()
+            let shown: String = pieces.iter().map(|p| filter.push(p)).collect();
+            shown + &filter.finish()
         };
         assert_eq!(stream(&["<th", "ink>8.8 is on", " page 4.</th", "ink>\n\n$8.8", " billion"]), "$8.8 billion");
         assert_eq!(stream(&["$8.8", " billion"]), "$8.8 billion");
         assert_eq!(stream(&["<", "b>bold</b>"]), "<b>bold</b>", "another tag is shown whole");
         assert_eq!(stream(&["<think>cut off while reasoning"]), "");
+        assert_eq!(stream(&["<th"]), "<th", "the start of a tag that never came is shown at the end");
         let whole = "<think>8.8 is on page 4.</think>\n\n$8.8 billion";
         assert_eq!(stream(&[whole]), without_reasoning(whole), "the stream shows what the final text keeps");
     }
