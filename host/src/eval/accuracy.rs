@@ -198,10 +198,11 @@ fn exact_form(gold: &str) -> bool {
     let groups: Vec<&str> = t.split(['-', ' ']).collect();
     let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
     let numbered = groups.iter().all(|g| digits(g)) && !t.contains("--") && !t.contains("  ");
-    let dated = numbered && groups.len() >= 2 && groups[0].len() == 4 && groups[1..].iter().all(|g| g.len() == 2);
+    // Two groups are exact as numbers already; a date adds "YYYY-MM-DD".
+    let dated = numbered && groups.len() == 3 && groups[0].len() == 4 && groups[1..].iter().all(|g| g.len() == 2);
     let mail = t.split_once('@').is_some_and(|(user, host)| !user.is_empty() && !user.contains(' ') && host.contains('.') && !host.contains(' '));
     (numbered && groups.len() <= 2)
-        || (dated && groups.len() == 3)
+        || dated
         || t.contains("http://")
         || t.contains("https://")
         || t.contains("a.m.")
